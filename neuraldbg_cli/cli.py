@@ -1,0 +1,143 @@
+"""Command line: a thin typer shell. The work lives in launch/reasoner/trace/renderers; this file maps
+NeuraldbgError to one stderr line and exit status 2."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from neuraldbg_cli import __version__
+from neuraldbg_cli.errors import ExitCode, NeuraldbgError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Run an unmodified PyTorch training script under observation and explain why training fails.")
+
+RUN_HELP = """Run SCRIPT (or -m MODULE) exactly like python would, observed. Everything after SCRIPT goes to
+the script untouched. Exit status: the script's own when it fails, 3 when --fail-on matched, 2 on bad input."""
+
+
+def _fail(e: NeuraldbgError) -> None:
+    typer.echo(str(e), err=True)
+    raise typer.Exit(int(ExitCode.USAGE)) from None
+
+
+@app.command(help=RUN_HELP, context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True,
+                                              "allow_extra_args": True})
+def run(
+    target: List[str] = typer.Argument(None, metavar="SCRIPT [ARGS]... | -m MODULE [ARGS]..."),
+    run_dir: Optional[str] = typer.Option(None, "--run-dir", help="where the trace goes [runs/<stamp>-<stem>]"),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="comma-separated kinds or 'any': exit 3 if found"),
+    min_confidence: Optional[float] = typer.Option(None, "--min-confidence", help="confidence for --fail-on [0.5]"),
+    every: Optional[int] = typer.Option(None, "--every", help="full statistics every N steps [10]"),
+    quiet: Optional[bool] = typer.Option(None, "--quiet", "-q", help="no live event lines"),
+    threshold: List[str] = typer.Option([], "--threshold", help="override a threshold: NAME=VALUE (repeatable)"),
+) -> None:
+    from neuraldbg_cli.config import Settings, parse_threshold_pairs
+    from neuraldbg_cli.launch import Session
+
+    try:
+        cli = {"run_dir": run_dir, "fail_on": fail_on, "min_confidence": min_confidence, "every": every,
+               "quiet": quiet, "thresholds": parse_threshold_pairs(threshold) if threshold else None}
+        session = Session(Settings.resolve(cli), list(target or []))
+    except NeuraldbgError as e:
+        _fail(e)
+    raise typer.Exit(session.run())
+
+
+@app.command()
+def explain(
+    run_dir: Path = typer.Argument(..., help="a run directory written by `neuraldbg run`"),
+    format: str = typer.Option("text", "--format", "-f", help="text | json | junit | github"),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="comma-separated kinds or 'any': exit 3 if found"),
+    min_confidence: float = typer.Option(0.5, "--min-confidence", help="confidence that counts as found"),
+) -> None:
+    """Replay a run's trace through the reasoner: ranked causes, where and when they started, what to change."""
+    from neuraldbg_cli import reasoner
+    from neuraldbg_cli.config import parse_fail_on
+    from neuraldbg_cli.renderers import RENDERERS
+    from neuraldbg_cli.trace import read_run
+
+    try:
+        if format not in RENDERERS:
+            raise NeuraldbgError(f"neuraldbg: unknown --format {format!r}; use one of {', '.join(RENDERERS)}")
+        kinds = parse_fail_on(fail_on) if fail_on else []
+        report = reasoner.explain(read_run(run_dir), min_confidence)
+    except NeuraldbgError as e:
+        _fail(e)
+    typer.echo(RENDERERS[format](report, reasoner.kinds_checked(kinds), min_confidence))
+    if kinds and reasoner.failing_kinds(report, kinds, min_confidence):
+        raise typer.Exit(int(ExitCode.FAIL_ON))
+
+
+@app.command()
+def events(
+    run_dir: Path = typer.Argument(..., help="a run directory written by `neuraldbg run`"),
+    type: Optional[str] = typer.Option(None, "--type", "-t", help="only events of this type (comma-separated)"),
+    module: Optional[str] = typer.Option(None, "--module", "-m", help="only this module and its submodules"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON lines instead of a table"),
+) -> None:
+    """Print the semantic events of a run, filtered by type and module."""
+    import orjson
+
+    from neuraldbg_cli.trace import read_run
+
+    try:
+        run_data = read_run(run_dir)
+    except NeuraldbgError as e:
+        _fail(e)
+    types = set(type.split(",")) if type else None
+    for w in run_data.warnings:
+        typer.echo(f"neuraldbg: warning: {w}", err=True)
+    for ev in run_data.events:
+        if types and ev.type not in types:
+            continue
+        if module and not (ev.module == module or (ev.module or "").startswith(module + ".")):
+            continue
+        if as_json:
+            typer.echo(orjson.dumps(ev.to_json_dict()).decode())
+        else:
+            metrics = " ".join(f"{k}={v:.4g}" for k, v in ev.metrics.items() if v is not None)
+            typer.echo(f"{ev.step:>7}  {ev.type:<27} {(ev.module or ev.site or '-'):<24} {ev.from_} -> {ev.to}  {metrics}")
+
+
+@app.command()
+def report(
+    run_dir: Path = typer.Argument(..., help="a run directory written by `neuraldbg run`"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="HTML file [RUN_DIR/report.html]"),
+) -> None:
+    """Write a self-contained HTML report with plots of the loss and per-layer gradients."""
+    from neuraldbg_cli import reasoner
+    from neuraldbg_cli.renderers import html
+    from neuraldbg_cli.trace import read_run, read_stats
+
+    try:
+        run_data = read_run(run_dir)
+        rep = reasoner.explain(run_data)
+        out = output or Path(run_dir) / "report.html"
+        out.write_text(html.render_page(rep, read_stats(run_dir)), encoding="utf-8")
+    except NeuraldbgError as e:
+        _fail(e)
+    except OSError as e:
+        _fail(NeuraldbgError(f"neuraldbg: cannot write the report: {e.strerror or e}"))
+    typer.echo(str(out))
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"neuraldbg {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True)) -> None:
+    """neuraldbg: why is my training failing?"""
+
+
+def main() -> None:
+    try:
+        app(prog_name="neuraldbg")
+    except NeuraldbgError as e:  # anything that slipped past a command
+        print(str(e), file=sys.stderr)
+        sys.exit(int(ExitCode.USAGE))

@@ -1,0 +1,202 @@
+"""Records that cross stages: per-step statistics (probes -> monitor), SemanticEvent (monitor -> trace ->
+reasoner), Hypothesis/Report (reasoner -> renderers). No torch here: the reasoner must run without it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+EVENT_SCHEMA = "neuraldbg.event/1"
+EXPLAIN_SCHEMA = "neuraldbg.explain/1"
+META_SCHEMA = "neuraldbg.meta/1"
+SUPPORTED_EVENT_SCHEMAS = {EVENT_SCHEMA}
+
+
+class Kind(str, Enum):
+    """Failure kinds, exact strings of the contract."""
+
+    vanishing_gradient = "vanishing_gradient"
+    exploding_gradient = "exploding_gradient"
+    dead_activation = "dead_activation"
+    saturated_activation = "saturated_activation"
+    non_finite = "non_finite"
+    data_anomaly = "data_anomaly"
+    unchanged_weights = "unchanged_weights"
+    no_gradient = "no_gradient"
+    loss_plateau = "loss_plateau"
+    loss_divergence = "loss_divergence"
+    unstable_loss = "unstable_loss"
+
+
+class GradState(str, Enum):
+    healthy = "healthy"
+    vanishing = "vanishing"
+    exploding = "exploding"
+    non_finite = "non_finite"
+    absent = "absent"
+
+
+class ActState(str, Enum):
+    normal = "normal"
+    dead = "dead"
+    saturated = "saturated"
+    anomalous = "anomalous"
+    non_finite = "non_finite"
+
+
+class LossState(str, Enum):
+    normal = "normal"
+    plateau = "plateau"
+    diverging = "diverging"
+    oscillating = "oscillating"
+    non_finite = "non_finite"
+
+
+class DataState(str, Enum):
+    normal = "normal"
+    non_finite = "non_finite"
+    extreme_scale = "extreme_scale"
+    shifted = "shifted"
+
+
+class UpdateState(str, Enum):
+    updating = "updating"
+    unchanged = "unchanged"
+
+
+class EventType(str, Enum):
+    gradient_health_transition = "gradient_health_transition"
+    activation_regime_shift = "activation_regime_shift"
+    optimizer_instability = "optimizer_instability"
+    data_anomaly = "data_anomaly"
+    non_finite = "non_finite"
+    parameter_update = "parameter_update"
+    run_summary = "run_summary"
+
+
+class SemanticEvent(BaseModel):
+    """One line of events.jsonl. `from`/`to` are health states; `step` is the step the new state began."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    schema_: str = Field(EVENT_SCHEMA, alias="schema")
+    type: str
+    step: int
+    module: Optional[str] = None
+    root: Optional[str] = None
+    from_: str = Field(alias="from")
+    to: str
+    metrics: dict[str, Optional[float]] = Field(default_factory=dict)
+    site: Optional[str] = None  # output | activation | gradient | weights | input | target | loss
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=False)
+
+
+# ---- statistics handed from probes to the monitor (plain data, hot-ish path: no pydantic) ----
+
+ACT_FIELDS = ("n", "mean", "std", "min", "max", "zero_frac", "dead_frac", "sat01", "sat11", "nonfinite")
+
+
+@dataclass(slots=True)
+class ActStats:
+    """Full statistics of one tensor on a sampled step. dead_frac: units never > 0 over the batch;
+    sat01/sat11: fraction near the rails of a [0,1] / [-1,1] activation."""
+
+    n: float
+    mean: float
+    std: float
+    min: float
+    max: float
+    zero_frac: float
+    dead_frac: float
+    sat01: float
+    sat11: float
+    nonfinite: float
+
+
+@dataclass(slots=True)
+class GradStats:
+    norm: Optional[float]  # None: no parameter of the module had a .grad
+    numel: int
+    weight_norm: Optional[float] = None  # sampled steps only
+    update_norm: Optional[float] = None  # ||w_after - w_before|| over this step's optimizer.step(), sampled steps
+
+
+@dataclass
+class StepRecord:
+    """Everything observed for one training step. On unsampled steps `acts`/`inputs` hold only a
+    finite-check value (float) per site instead of ActStats."""
+
+    step: int
+    sampled: bool
+    loss: Optional[float] = None
+    acts: dict[tuple[str, str, str], Any] = field(default_factory=dict)  # (root, module, site) -> stats
+    grads: dict[tuple[str, str], GradStats] = field(default_factory=dict)  # (root, module) -> stats
+    scale: Optional[float] = None  # GradScaler scale, if any
+
+
+@dataclass
+class ModuleInfo:
+    name: str
+    type: str
+    params: int  # trainable direct parameters (numel)
+    weight_ndim2: bool  # owns a matrix/conv weight (gradient-depth analysis uses these)
+    in_optimizer: bool = False
+
+
+@dataclass
+class ModelInfo:
+    """One root model: the outermost module called with gradients enabled."""
+
+    name: str
+    cls: str
+    modules: dict[str, ModuleInfo] = field(default_factory=dict)  # observed modules only
+    n_modules: int = 0
+    n_params: int = 0
+    order: list[str] = field(default_factory=list)  # observed modules in forward-call order
+
+
+# ---- reasoner output ----
+
+
+class Origin(BaseModel):
+    module: Optional[str] = None
+    step: Optional[int] = None
+    root: Optional[str] = None
+
+
+class Hypothesis(BaseModel):
+    rank: int = 0
+    kind: Kind
+    confidence: float
+    origin: Origin
+    summary: str
+    evidence: list[dict[str, Any]] = Field(default_factory=list)
+    propagation: list[str] = Field(default_factory=list)
+    suggestions: list[str] = Field(default_factory=list)
+    caused_by: Optional[Kind] = None
+
+
+class ModelSummary(BaseModel):
+    name: str
+    modules: int
+    parameters: int
+
+
+class Report(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    schema_: str = Field(EXPLAIN_SCHEMA, alias="schema")
+    run_dir: str
+    status: str  # problems_found | healthy | no_training_observed
+    steps_observed: int
+    models: list[ModelSummary] = Field(default_factory=list)
+    hypotheses: list[Hypothesis] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    run: dict[str, Any] = Field(default_factory=dict)  # exit status, cut short, script
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, mode="json")

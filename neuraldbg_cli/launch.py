@@ -1,0 +1,311 @@
+"""Runs SCRIPT / -m MODULE exactly like python would, with the probes installed, and wires the stages:
+probes -> monitor -> trace writer (+ live console), then reasoner -> verdict and exit status."""
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import os
+import platform
+import runpy
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Optional
+
+from neuraldbg_cli import __version__
+from neuraldbg_cli.config import Settings
+from neuraldbg_cli.errors import ExitCode, NeuraldbgError
+from neuraldbg_cli.events import ActStats, META_SCHEMA, SemanticEvent, StepRecord
+from neuraldbg_cli.monitor import Monitor
+from neuraldbg_cli.trace import RunWriter, point_latest, read_run
+
+MAX_LIVE_LINES = 40
+
+
+class _Terminated(SystemExit):
+    """SIGTERM turned into an exit so the trace and meta.json are closed properly (status 143)."""
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def resolve_target(args: list[str]) -> tuple[str, Optional[Path], list[str]]:
+    """('script'|'module', path, argv for the script). Raises NeuraldbgError for a missing target."""
+    if not args:
+        raise NeuraldbgError("neuraldbg: missing SCRIPT; usage: neuraldbg run [OPTIONS] SCRIPT [ARGS...] or -m MODULE")
+    if args[0] == "-m":
+        if len(args) < 2:
+            raise NeuraldbgError("neuraldbg: -m needs a module name, e.g. neuraldbg run -m mypkg.train")
+        name = args[1]
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError) as e:
+            raise NeuraldbgError(f"neuraldbg: cannot find module {name!r}: {e}") from None
+        if spec is None:
+            raise NeuraldbgError(f"neuraldbg: no module named {name!r} (is it on PYTHONPATH / installed?)")
+        return "module", None, [name, *args[2:]]
+    path = Path(args[0])
+    if not path.exists():
+        raise NeuraldbgError(f"neuraldbg: script {args[0]} not found")
+    if path.is_dir() and not (path / "__main__.py").exists():
+        raise NeuraldbgError(f"neuraldbg: {args[0]} is a directory without __main__.py")
+    return "script", path, list(args)
+
+
+def default_run_dir(stem: str) -> Path:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = Path("runs") / f"{stamp}-{stem}"
+    path, k = base, 1
+    while path.exists():
+        k += 1
+        path = Path(f"{base}-{k}")
+    return path
+
+
+def prepare_run_dir(settings: Settings, stem: str) -> Path:
+    run_dir = Path(settings.run_dir) if settings.run_dir else default_run_dir(stem)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise NeuraldbgError(f"neuraldbg: --run-dir {run_dir} exists and is not a directory")
+    if (run_dir / "events.jsonl").exists():
+        raise NeuraldbgError(f"neuraldbg: {run_dir} already holds a run; choose another --run-dir or remove it")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe_file = run_dir / ".write-test"
+        probe_file.write_bytes(b"")
+        probe_file.unlink()
+    except OSError as e:
+        raise NeuraldbgError(f"neuraldbg: cannot write run directory {run_dir}: {e.strerror or e}") from None
+    return run_dir
+
+
+class Console:
+    """Live one-line-per-event output on stderr; plain when stderr is not a terminal."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.tty = sys.stderr.isatty()
+        self.shown = 0
+
+    def event(self, ev: SemanticEvent) -> None:
+        if self.quiet or ev.type == "run_summary":
+            return
+        self.shown += 1
+        if self.shown > MAX_LIVE_LINES:
+            if self.shown == MAX_LIVE_LINES + 1:
+                self._print("neuraldbg: … more events in events.jsonl")
+            return
+        where = ev.module or ev.site or ev.root or "-"
+        key = next((k for k in ("rms", "dead_frac", "sat_frac", "loss", "std", "weight_norm") if ev.metrics.get(k) is not None), None)
+        detail = f" ({key}={ev.metrics[key]:.3g})" if key else ""
+        self._print(f"neuraldbg: step {ev.step} {where}: {ev.type} {ev.from_} -> {ev.to}{detail}")
+
+    def _print(self, line: str) -> None:
+        if self.tty:
+            line = f"\033[2m{line}\033[0m"
+        print(line, file=sys.stderr, flush=True)
+
+
+def _stats_row(rec: StepRecord) -> dict[str, Any]:
+    row: dict[str, Any] = {"step": rec.step, "loss": rec.loss}
+    if rec.sampled:
+        row["acts"] = {"|".join(k): [s.mean, s.std, s.min, s.max, s.zero_frac, s.dead_frac, s.sat01, s.sat11,
+                                     s.nonfinite] for k, s in rec.acts.items() if isinstance(s, ActStats)}
+        row["grads"] = {"|".join(k): [g.norm, g.weight_norm] for k, g in rec.grads.items()}
+    return row
+
+
+class Session:
+    """One observed run of a user script."""
+
+    def __init__(self, settings: Settings, args: list[str]) -> None:
+        self.settings = settings
+        self.mode, self.path, self.argv = resolve_target(args)
+        stem = self.path.stem if self.path is not None else self.argv[0].rsplit(".", 1)[-1]
+        self.run_dir = prepare_run_dir(settings, stem)
+        self.writer = RunWriter(self.run_dir)
+        self.console = Console(settings.quiet)
+        self.monitor = Monitor(settings.thresholds, self._on_event)
+        self.meta: dict[str, Any] = {}
+        self.warnings: list[str] = []
+        self.probe: Any = None
+
+    # -- wiring
+
+    def _on_event(self, ev: SemanticEvent) -> None:
+        try:
+            self.writer.event(ev.to_json_dict())
+        except Exception as e:  # noqa: BLE001 - disk full etc.: warn once, keep training
+            self._warn_once("writer", e)
+        self.console.event(ev)
+
+    def _on_steps(self, records: list[StepRecord]) -> None:
+        try:
+            for rec in records:
+                self.monitor.observe(rec)
+        except Exception as e:  # noqa: BLE001
+            self._warn_once("monitor", e)
+        try:
+            self.writer.stats([_stats_row(r) for r in records])
+        except Exception as e:  # noqa: BLE001
+            self._warn_once("writer", e)
+
+    def _on_models(self) -> None:
+        try:
+            models = self.probe.models()
+            self.monitor.set_models(models)
+            self.writer.write_json("model.json", {
+                "models": [{"name": m.name, "class": m.cls, "n_modules": m.n_modules, "n_params": m.n_params,
+                            "order": m.order, "modules": {n: vars(i) for n, i in m.modules.items()}}
+                           for m in models],
+                "optimizers": self.probe.optimizer_info()})
+        except Exception as e:  # noqa: BLE001
+            self._warn_once("model description", e)
+
+    def _warn_once(self, part: str, err: BaseException) -> None:
+        msg = f"neuraldbg: internal error in {part} ({type(err).__name__}: {err}); continuing without it"
+        if msg not in self.warnings:
+            self.warnings.append(msg)
+            print(msg, file=sys.stderr, flush=True)
+
+    # -- the run
+
+    def write_meta(self, **extra: Any) -> None:
+        self.meta.update(extra)
+        try:
+            self.writer.write_json("meta.json", self.meta)
+        except Exception as e:  # noqa: BLE001
+            self._warn_once("meta.json", e)
+
+    def run(self) -> int:
+        import torch  # deferred: `explain` must not pay for torch
+
+        from neuraldbg_cli.probes import Probe
+
+        self.meta = {"schema": META_SCHEMA, "neuraldbg": __version__, "torch": torch.__version__,
+                     "python": platform.python_version(), "platform": platform.platform(),
+                     "argv": self.argv, "mode": self.mode, "script": str(self.path or self.argv[0]),
+                     "cwd": os.getcwd(), "start": _now(), "status": "running",
+                     "world_size": int(os.environ.get("WORLD_SIZE", "1")), "pid": os.getpid(),
+                     "settings": self.settings.model_dump(mode="json")}
+        self.write_meta()
+        self.probe = Probe(self._on_steps, self._on_models, every=self.settings.every)
+        t0 = time.perf_counter()
+        self.probe.install()
+        previous = _install_sigterm()
+        try:
+            code = self._execute()
+        finally:
+            _restore_sigterm(previous)
+            self._close()
+        self.write_meta(end=_now(), wall_s=round(time.perf_counter() - t0, 3), exit_status=code,
+                        status="finished" if code == 0 else "failed", steps_observed=self.monitor.steps_seen,
+                        faults=self.probe.faults + self.warnings)
+        self.writer.close()
+        if self.settings.run_dir is None:
+            point_latest(self.run_dir)
+        return self._verdict(code)
+
+    def _close(self) -> None:
+        try:
+            self.probe.close()
+        except Exception as e:  # noqa: BLE001
+            self._warn_once("probe shutdown", e)
+        try:
+            self.monitor.finish()
+        except Exception as e:  # noqa: BLE001
+            self._warn_once("monitor", e)
+
+    def _execute(self) -> int:
+        """Run the target as __main__; return the exit status python would have given."""
+        saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
+        try:
+            if self.mode == "module":
+                sys.argv = list(self.argv)
+                sys.path[0] = os.getcwd()
+                runpy.run_module(self.argv[0], run_name="__main__", alter_sys=True)
+            else:
+                assert self.path is not None
+                sys.argv = list(self.argv)
+                sys.path[0] = str(self.path.resolve().parent if self.path.is_file() else self.path.resolve())
+                runpy.run_path(str(self.path), run_name="__main__")
+            return 0
+        except SystemExit as e:
+            return _exit_code(e)
+        except KeyboardInterrupt as e:
+            _print_user_traceback(e)
+            return 130
+        except BaseException as e:  # noqa: BLE001 - the script's own exception: report it like python
+            _print_user_traceback(e)
+            return 1
+        finally:
+            sys.stdout.flush()
+            sys.argv = saved_argv
+            if saved_path0 is not None and sys.path:
+                sys.path[0] = saved_path0
+
+    def _verdict(self, code: int) -> int:
+        from neuraldbg_cli import reasoner
+
+        try:
+            report = reasoner.explain(read_run(self.run_dir), self.settings.min_confidence)
+        except Exception as e:  # noqa: BLE001
+            print(f"neuraldbg: could not explain the run: {e}", file=sys.stderr)
+            return code
+        if not self.settings.quiet or report.status == "problems_found":
+            for line in reasoner.verdict_lines(report, self.settings.min_confidence):
+                print(line, file=sys.stderr)
+            print(f"neuraldbg: trace in {self.run_dir} (neuraldbg explain {self.run_dir})", file=sys.stderr)
+        if code != 0:
+            return code
+        if self.settings.fail_on and reasoner.failing_kinds(report, self.settings.fail_on, self.settings.min_confidence):
+            return int(ExitCode.FAIL_ON)
+        return 0
+
+
+def _exit_code(e: SystemExit) -> int:
+    if isinstance(e, _Terminated):
+        return 143
+    code = e.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF if code >= 0 else code % 256
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _print_user_traceback(e: BaseException) -> None:
+    """Like python's own report: through sys.excepthook, without neuraldbg's and runpy's frames."""
+    tb = e.__traceback__
+    ours = (str(Path(__file__).parent), os.path.dirname(runpy.__file__) + os.sep + "runpy.py")
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(ours):
+        tb = tb.tb_next
+    sys.stdout.flush()
+    try:
+        sys.excepthook(type(e), e, tb)
+    except Exception:  # noqa: BLE001
+        traceback.print_exception(type(e), e, tb)
+    sys.stderr.flush()
+
+
+def _install_sigterm() -> Any:
+    def handler(signum: int, frame: Any) -> None:
+        raise _Terminated(143)
+
+    try:
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            return signal.signal(signal.SIGTERM, handler)
+    except (ValueError, OSError):  # not the main thread
+        pass
+    return None
+
+
+def _restore_sigterm(previous: Any) -> None:
+    if previous is not None:
+        try:
+            signal.signal(signal.SIGTERM, previous)
+        except (ValueError, OSError):
+            pass

@@ -1,0 +1,234 @@
+"""The run directory: meta.json, events.jsonl (append + flush per event), stats.jsonl, model.json.
+
+Writing: every line goes out in one unbuffered write, so a process killed at any moment (even SIGKILL)
+leaves only whole lines plus at most one cut-short last line. Reading: tolerant and bounded; bad input
+becomes a NeuraldbgError (one line, exit 2) or a warning when the rest is usable. Trace data is only
+ever parsed as JSON, never evaluated or unpickled."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import orjson
+from pydantic import ValidationError
+
+from neuraldbg_cli.errors import NeuraldbgError
+from neuraldbg_cli.events import META_SCHEMA, SUPPORTED_EVENT_SCHEMAS, SemanticEvent
+
+EVENTS, META, STATS, MODEL = "events.jsonl", "meta.json", "stats.jsonl", "model.json"
+MAX_LINE = 1 << 20  # a longer line is not an event: skipped without reading it into memory
+MAX_WARNINGS = 20
+
+
+def _dumps(obj: Any) -> bytes:
+    return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY, default=str)
+
+
+class RunWriter:
+    """Owns the files of one run. Writes only from the process that created it (not forked children)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.dir = run_dir
+        self.pid = os.getpid()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self._events = open(run_dir / EVENTS, "ab", buffering=0)
+        self._stats = open(run_dir / STATS, "ab", buffering=0)
+        self.n_events = 0
+
+    def event(self, ev: dict[str, Any]) -> None:
+        if os.getpid() == self.pid:
+            self._events.write(_dumps(ev) + b"\n")
+            self.n_events += 1
+
+    def stats(self, rows: list[dict[str, Any]]) -> None:
+        if os.getpid() == self.pid and rows:
+            self._stats.write(b"".join(_dumps(r) + b"\n" for r in rows))
+
+    def write_json(self, name: str, obj: Any) -> None:
+        """Atomic replace: a reader sees the old or the new file, never half of one."""
+        if os.getpid() != self.pid:
+            return
+        tmp = self.dir / f".{name}.tmp"
+        tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2, default=str))
+        os.replace(tmp, self.dir / name)
+
+    def close(self) -> None:
+        for f in (self._events, self._stats):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+def point_latest(run_dir: Path) -> None:
+    """runs/latest -> the newest run (a symlink; best effort where symlinks are not allowed)."""
+    link = run_dir.parent / "latest"
+    try:
+        if link.is_symlink() or link.exists():
+            if not link.is_symlink():
+                return
+            link.unlink()
+        link.symlink_to(run_dir.name)
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------- reading
+
+@dataclass
+class RunData:
+    dir: Path
+    meta: dict[str, Any]
+    events: list[SemanticEvent]
+    models: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _check_dir(run_dir: Path) -> Path:
+    try:
+        resolved = run_dir.resolve(strict=True)
+    except FileNotFoundError:
+        raise NeuraldbgError(f"neuraldbg: run directory {run_dir} does not exist") from None
+    except (OSError, RuntimeError) as e:  # symlink loops land here
+        raise NeuraldbgError(f"neuraldbg: cannot open run directory {run_dir}: {e}") from None
+    if not resolved.is_dir():
+        raise NeuraldbgError(f"neuraldbg: {run_dir} is not a directory; pass the run directory that holds events.jsonl")
+    if not (resolved / EVENTS).exists() and not (resolved / META).exists():
+        raise NeuraldbgError(f"neuraldbg: {run_dir} is not a neuraldbg run directory (no events.jsonl or meta.json)")
+    return resolved
+
+
+def _read_json_file(path: Path, what: str) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        if path.stat().st_size > 64 * MAX_LINE:
+            raise NeuraldbgError(f"neuraldbg: {path} is too large to be a {what}")
+        data = orjson.loads(path.read_bytes())
+    except NeuraldbgError:
+        raise
+    except (OSError, orjson.JSONDecodeError) as e:
+        raise NeuraldbgError(f"neuraldbg: {path} is not valid JSON ({e}); the run directory is corrupt") from None
+    if not isinstance(data, dict):
+        raise NeuraldbgError(f"neuraldbg: {path} is not a JSON object; the run directory is corrupt")
+    return data
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, Optional[bytes], bool]]:
+    """(line number, bytes or None when too long, ends with newline). Memory bounded by MAX_LINE."""
+    with open(path, "rb") as f:
+        n = 0
+        while True:
+            line = f.readline(MAX_LINE + 1)
+            if not line:
+                return
+            n += 1
+            if len(line) > MAX_LINE and not line.endswith(b"\n"):
+                while line and not line.endswith(b"\n"):  # skip the rest of the over-long line
+                    line = f.readline(MAX_LINE)
+                yield n, None, True
+                continue
+            yield n, line, line.endswith(b"\n")
+
+
+def read_events(path: Path, warnings: list[str]) -> list[SemanticEvent]:
+    raw: list[tuple[int, dict]] = []
+    bad = 0
+    for n, line, complete in iter_lines(path):
+        if line is None:
+            bad += 1
+            _warn(warnings, f"line {n} of {path.name} is over {MAX_LINE} bytes; skipped")
+            continue
+        if not line.strip():
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            if not complete:
+                _warn(warnings, f"the last line of {path.name} is cut short (the run was interrupted); ignored it")
+            else:
+                bad += 1
+                _warn(warnings, f"line {n} of {path.name} is not valid JSON; skipped it")
+            continue
+        if not isinstance(obj, dict):
+            bad += 1
+            _warn(warnings, f"line {n} of {path.name} is not a JSON object; skipped it")
+            continue
+        schema = obj.get("schema")
+        if schema is not None and schema not in SUPPORTED_EVENT_SCHEMAS:
+            raise NeuraldbgError(f"neuraldbg: {path} uses event schema {str(schema)[:60]!r}, which this neuraldbg "
+                                 f"does not know (it reads {', '.join(sorted(SUPPORTED_EVENT_SCHEMAS))}); "
+                                 f"upgrade neuraldbg")
+        raw.append((n, obj))
+    events = []
+    for n, obj in raw:
+        try:
+            events.append(SemanticEvent.model_validate(obj))
+        except ValidationError as e:
+            bad += 1
+            _warn(warnings, f"line {n} of {path.name} is not a valid event ({e.errors()[0]['msg']}); skipped it")
+    if bad > MAX_WARNINGS:
+        warnings.append(f"{bad} lines of {path.name} were skipped in all")
+    return events
+
+
+def _warn(warnings: list[str], msg: str) -> None:
+    if len(warnings) < MAX_WARNINGS:
+        warnings.append(msg)
+
+
+def read_run(run_dir: Path) -> RunData:
+    """Load a run directory for the reasoner; raises NeuraldbgError on unusable input."""
+    resolved = _check_dir(Path(run_dir))
+    meta = _read_json_file(resolved / META, "meta.json")
+    schema = meta.get("schema")
+    if schema is not None and schema != META_SCHEMA:
+        raise NeuraldbgError(f"neuraldbg: {run_dir}/meta.json has schema {str(schema)[:60]!r}; this neuraldbg "
+                             f"reads {META_SCHEMA}; upgrade neuraldbg")
+    warnings: list[str] = []
+    events_path = resolved / EVENTS
+    if events_path.exists():
+        mode = events_path.stat().st_mode
+        if not stat.S_ISREG(mode):
+            raise NeuraldbgError(f"neuraldbg: {events_path} is not a regular file")
+        try:
+            events = read_events(events_path, warnings)
+        except OSError as e:
+            raise NeuraldbgError(f"neuraldbg: cannot read {events_path}: {e}") from None
+    else:
+        events = []
+        warnings.append("events.jsonl is missing; nothing was observed")
+    try:
+        models = _read_json_file(resolved / MODEL, "model.json")
+    except NeuraldbgError as e:
+        models = {}
+        warnings.append(str(e).removeprefix("neuraldbg: "))
+    return RunData(dir=Path(run_dir), meta=meta, events=events, models=models, warnings=warnings)
+
+
+def read_stats(run_dir: Path, limit: int = 200_000) -> list[dict[str, Any]]:
+    """Sampled statistics for plots; tolerant like read_events, bounded by `limit` rows."""
+    path = Path(run_dir) / STATS
+    rows: list[dict[str, Any]] = []
+    if not path.exists():
+        return rows
+    for _, line, _ in iter_lines(path):
+        if line is None or not line.strip():
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            rows.append(obj)
+            if len(rows) >= limit:
+                break
+    return rows
+
+
+def dump_json(obj: Any) -> str:
+    return json.dumps(obj, indent=2, allow_nan=False, default=str)
