@@ -38,7 +38,7 @@ class Thresholds(BaseModel):
     plateau_improvement: float = Field(0.03, description="relative loss improvement below this over the whole "
                                        "run (>= 3 windows) is a plateau")
     diverge_factor: float = Field(2.0, description="recent loss this many times the starting loss and the best")
-    oscillation: float = Field(0.5, description="mean |step-to-step loss change| relative to the loss level, "
+    oscillation: float = Field(0.3, description="mean |step-to-step loss change| relative to the loss level, "
                                "with frequent sign changes, for an oscillating loss")
 
 

@@ -71,7 +71,9 @@ def classify_data(s: ActStats, baseline: Optional[tuple[float, float]], scale_li
 def classify_loss(first: list[float], recent: list[float], best: float, th: Thresholds) -> str:
     """first/recent: the first and the latest 2 windows of finite losses; best: lowest window median."""
     w = th.loss_window
-    start, now = statistics.median(first), statistics.median(recent[-w:])
+    # the loss at initialisation, unless the first window is lower (a blow-up right away must not
+    # make everything after it look like progress)
+    start, now = min(first[0], statistics.median(first)), statistics.median(recent[-w:])
     scale = max(abs(start), 1e-12)
     if start > 0 and now > th.diverge_factor * start and now > th.diverge_factor * max(best, 1e-12):
         return LossState.diverging.value
@@ -100,17 +102,22 @@ class Machine:
     cand_metrics: dict[str, Any] = field(default_factory=dict)
     count: int = 0
 
-    def observe(self, state: str, step: int, metrics: dict[str, Any]) -> Optional[tuple[str, str, int, dict]]:
+    def observe(self, state: str, step: int, metrics: dict[str, Any]) -> list[tuple[str, str, int, dict]]:
         if state == self.state:
             self.cand, self.count = None, 0
-            return None
+            return []
+        if state == NON_FINITE and self.cand not in (None, NON_FINITE):
+            # what was building up (e.g. exploding) is the story of this NaN: confirm it first
+            early = (self.state, self.cand, self.cand_step, self.cand_metrics)
+            self.state, self.cand = self.cand, None
+            return [early, *self.observe(state, step, metrics)]
         if state != self.cand:
             self.cand, self.cand_step, self.cand_metrics, self.count = state, step, metrics, 0
         self.count += 1
         if self.count >= (1 if state == NON_FINITE else self.need):
             old, self.state, self.cand, self.count = self.state, state, None, 0
-            return old, state, self.cand_step, self.cand_metrics
-        return None
+            return [(old, state, self.cand_step, self.cand_metrics)]
+        return []
 
     def pending(self) -> Optional[tuple[str, str, int, dict]]:
         """A candidate seen at least twice but cut short by the end of the run."""
@@ -168,8 +175,7 @@ class Monitor:
 
     def _feed(self, key: tuple, initial: str, state: str, step: int, metrics: dict, etype: str,
               site: str, root: Optional[str], module: Optional[str]) -> None:
-        hit = self._machine(key, initial).observe(state, step, metrics)
-        if hit is not None:
+        for hit in self._machine(key, initial).observe(state, step, metrics):
             self._emit(etype, site, root, module, *hit)
 
     def _emit(self, etype: str, site: str, root: Optional[str], module: Optional[str], old: str, new: str,
@@ -257,8 +263,6 @@ class Monitor:
         key = ("grad", root, name)
         if _finite(value) and value > 0:
             self.got_grad.add((root, name))
-        if not rec.sampled and _finite(value):
-            return  # unsampled steps only look for non-finite gradients
         if value is None and not (info.in_optimizer or self.got_grad):
             return  # not meant to train: no optimizer holds it and nothing else gets gradients either
         base = self.grad_base.setdefault(key, [])
@@ -317,7 +321,8 @@ class Monitor:
         if self.losses_seen < 3 * w:
             return
         state = classify_loss(self.first_losses, list(self.recent_losses), self.best_loss, self.th)
-        metrics = {"loss": loss, "start": statistics.median(self.first_losses), "best": self.best_loss,
+        metrics = {"loss": loss, "start": min(self.first_losses[0], statistics.median(self.first_losses)),
+                   "best": self.best_loss,
                    "recent": statistics.median(list(self.recent_losses)[-w:])}
         self._feed(key, LossState.normal.value, state, step, metrics, etype, "loss", None, None)
 

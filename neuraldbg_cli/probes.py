@@ -140,7 +140,7 @@ class _Buffer:
         self.parts: list[torch.Tensor] = []
         self.layout: list[tuple[str, tuple, int]] = []  # (what, key, length)
         self.losses: list[torch.Tensor] = []
-        self.seen: set[int] = set()
+        self.seen: set[tuple] = set()
         self.covered: set[int] = set()  # params whose gradient was read at an optimizer's pre-step
         self.scale: Optional[float] = None
 
@@ -248,12 +248,12 @@ class Probe:
         if hit is None or hit[1] == "":  # the root model itself, not one of its parts called alone
             x = _first_float(args)
             if x is not None and x.numel() > 0:
-                self._add_site((root.name, "", "input"), x, 0)
+                self._add_once((root.name, "", "input"), x, 0)
 
     def _observe_target(self, args: tuple) -> None:
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         if len(tensors) >= 2 and tensors[1].is_floating_point() and tensors[1].numel() > 0:
-            self._add_site(("", "", "target"), tensors[1], 0)
+            self._add_once(("", "", "target"), tensors[1], 0)
 
     def _post_forward(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
         self._depth = max(0, self._depth - 1)
@@ -270,28 +270,31 @@ class Probe:
             self._cur, self._prev = None, (None, None)
 
     def _observe_output(self, root: _Root, module: torch.nn.Module, entry: tuple, args: tuple, output: Any) -> None:
+        """Activations are attributed to the layer they follow (the last module with parameters), so a
+        shared `self.act` or a functional F.relu still points at the layer whose units are dead."""
         name, flags, has_params = entry
         buf = self._buf
-        prev_name, prev_out = self._prev
-        if buf.sampled and has_params and prev_name is not None and id(module) not in buf.seen:
+        layer, prev_out = self._prev
+        if buf.sampled and has_params and layer is not None:
             x = _first_float(args)  # the tensor entering this layer: a functional activation's output
             if x is not None and x is not prev_out and x.numel() > 0:
-                self._add_site((root.name, prev_name, "activation"), x, DEAD | SAT)
+                self._add_once((root.name, layer, "activation"), x, DEAD | SAT)
         t = _first_float(output)
         if t is not None and t.numel() > 0:
-            if id(module) in buf.seen or not buf.sampled:
-                buf.add("cheap", (root.name, name, "output"), _cheap(t))
+            if flags and not has_params and layer is not None:
+                self._add_once((root.name, layer, "activation"), t, flags)
             else:
-                buf.seen.add(id(module))
-                buf.add("full", (root.name, name, "output"), _full(t, flags))
-        self._prev = (name, t)
+                self._add_once((root.name, name, "output"), t, flags)
+        self._prev = (name if has_params else layer, t)
         if name not in root._ordered:
             root._ordered.add(name)
             root.order.append(name)
 
-    def _add_site(self, key: tuple, x: torch.Tensor, flags: int) -> None:
+    def _add_once(self, key: tuple, x: torch.Tensor, flags: int) -> None:
+        """Full statistics for the first call of a site per sampled step; the cheap check otherwise."""
         buf = self._buf
-        if buf.sampled:
+        if buf.sampled and key not in buf.seen:
+            buf.seen.add(key)
             buf.add("full", key, _full(x, flags))
         else:
             buf.add("cheap", key, _cheap(x))
@@ -341,6 +344,11 @@ class Probe:
                 result = original(tensors, *args, **kwargs)
                 probe.backward_calls += 1
                 probe._backward_done = True
+                if not probe._opt_stepped:  # no optimizer (yet): read gradients now, zero_grad may follow
+                    try:
+                        probe._grad_norms(probe._buf, [p for r in probe.roots for _, p in r.params])
+                    except Exception as e:  # noqa: BLE001
+                        probe._fault("grads", e)
                 return result
             finally:
                 probe._in_backward = False

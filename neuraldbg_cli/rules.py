@@ -221,7 +221,8 @@ def data_anomaly(ctx: Context) -> Optional[Hypothesis]:
     first = min((e for e in evs if e.step == onset), key=lambda e: ("non_finite", "extreme_scale", "shifted").index(e.to))
     m = first.metrics
     what = "targets" if first.site == "target" else "inputs"
-    conf = {"non_finite": 0.92, "extreme_scale": 0.75, "shifted": 0.7}[first.to] * (0.7 + 0.3 * _still(ctx, evs, first.to))
+    conf = 0.92 if first.to == "non_finite" else {"extreme_scale": 0.75, "shifted": 0.7}[first.to] * (
+        0.7 + 0.3 * _still(ctx, evs, first.to))  # one NaN batch is enough to ruin the weights
     if first.to == "non_finite":
         summary = f"The {what} contain NaN/Inf values from step {onset}."
         tips = [f"drop or fix non-finite rows before training: x = x[torch.isfinite(x).all(dim=1)]",

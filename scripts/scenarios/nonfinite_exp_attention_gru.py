@@ -26,7 +26,7 @@ class AttentionPool(nn.Module):
 
 
 class GRUClassifier(nn.Module):
-    def __init__(self, vocab=40, emb=16, hidden=32, n_classes=2):
+    def __init__(self, vocab=40, emb=16, hidden=64, n_classes=2):
         super().__init__()
         self.embedding = nn.Embedding(vocab, emb)
         self.gru = nn.GRU(emb, hidden, batch_first=True)
@@ -40,8 +40,8 @@ class GRUClassifier(nn.Module):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--lr", type=float, default=0.02)
-    parser.add_argument("--steps", type=int, default=80)
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seq-len", type=int, default=12)
     args = parser.parse_args()
