@@ -280,9 +280,10 @@ def _exit_code(e: SystemExit) -> int:
 def _print_user_traceback(e: BaseException) -> None:
     """Like python's own report: through sys.excepthook, without neuraldbg's and runpy's frames."""
     tb = e.__traceback__
-    ours = (str(Path(__file__).parent), os.path.dirname(runpy.__file__) + os.sep + "runpy.py")
+    ours = (str(Path(__file__).parent), runpy.__file__, "<frozen runpy>")
     while tb is not None and tb.tb_frame.f_code.co_filename.startswith(ours):
         tb = tb.tb_next
+    e.__traceback__ = tb
     sys.stdout.flush()
     try:
         sys.excepthook(type(e), e, tb)

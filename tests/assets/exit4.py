@@ -1,0 +1,4 @@
+import sys
+
+print("exiting with 4")
+sys.exit(4)

@@ -1,0 +1,59 @@
+"""One real training script per failure kind, through the real CLI: top hypothesis kind and origin."""
+import pytest
+
+CASES = [
+    # script, expected top kind, acceptable origin modules (None = not a module)
+    ("vanishing.py", "vanishing_gradient", {"layers.0"}),
+    ("exploding.py", "exploding_gradient", {"0", "1"}),
+    ("dead_relu.py", "dead_activation", {"fc2"}),
+    ("saturated.py", "saturated_activation", {"fc1"}),
+    ("non_finite.py", "non_finite", {"logf"}),
+    ("data_nan.py", "data_anomaly", {None}),
+    ("missing_step.py", "unchanged_weights", {"0", "2"}),
+    ("detached.py", "no_gradient", {"encoder.0"}),
+    ("plateau.py", "loss_plateau", {None}),
+    ("divergence.py", "loss_divergence", {None}),
+    ("unstable.py", "unstable_loss", {None}),
+]
+
+
+@pytest.mark.parametrize("script,kind,origins", CASES, ids=[c[1] for c in CASES])
+def test_top_hypothesis(observe, script, kind, origins):
+    obs = observe(script)
+    assert obs.proc.returncode == 0, obs.proc.stderr
+    top = obs.top
+    assert top["kind"] == kind, obs.report["hypotheses"]
+    assert top["origin"]["module"] in origins, top
+    assert 0.5 <= top["confidence"] <= 1.0
+    assert obs.report["status"] == "problems_found"
+    assert top["summary"] and top["suggestions"] and top["evidence"]
+
+
+def test_vanishing_origin_is_input_side_and_propagates(observe):
+    top = observe("vanishing.py").top
+    assert top["origin"]["step"] == 0
+    prop = top["propagation"]
+    assert prop[-1] == "layers.0" and len(prop) >= 4  # output side first, input side last
+    assert any("ReLU" in s or "GELU" in s for s in top["suggestions"])
+
+
+def test_non_finite_names_the_first_module_producing_it(observe):
+    top = observe("non_finite.py").top
+    assert top["origin"] == {"module": "logf", "step": 0, "root": "Net"}
+
+
+def test_exploding_is_ranked_above_the_nan_it_causes(observe):
+    kinds = [h["kind"] for h in observe("exploding.py").report["hypotheses"]]
+    assert kinds.index("exploding_gradient") < kinds.index("non_finite")
+
+
+def test_data_nan_is_the_cause_not_the_first_layer(observe):
+    hyps = observe("data_nan.py").report["hypotheses"]
+    assert hyps[0]["kind"] == "data_anomaly"
+    nf = [h for h in hyps if h["kind"] == "non_finite"]
+    assert not nf or nf[0]["confidence"] < hyps[0]["confidence"]
+
+
+def test_learning_rate_is_read_from_the_run(observe):
+    tips = " ".join(observe("plateau.py").top["suggestions"])
+    assert "lr=1e-06" in tips and "SGD" in tips
