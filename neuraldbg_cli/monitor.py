@@ -44,9 +44,10 @@ def classify_gradient(rms: Optional[float], ref_max: float, ref_median: float, b
 def classify_activation(s: ActStats, baseline_std: Optional[float], th: Thresholds) -> str:
     if s.nonfinite > 0 or not math.isfinite(s.mean):
         return ActState.non_finite.value
-    if s.min >= 0 and s.zero_frac > 0 and s.dead_frac >= th.dead_frac:
+    relu_like = s.min >= 0 and s.zero_frac >= 0.05  # exact zeros: a ReLU's output, not a sigmoid's
+    if relu_like and s.dead_frac >= th.dead_frac:
         return ActState.dead.value
-    sat = s.sat01 if (s.min >= 0 and s.max <= 1) else s.sat11 if (s.min >= -1 and s.max <= 1) else 0.0
+    sat = 0.0 if relu_like else s.sat01 if (s.min >= 0 and s.max <= 1) else s.sat11 if (s.min >= -1 and s.max <= 1) else 0.0
     if sat >= th.saturated_frac:
         return ActState.saturated.value
     if baseline_std and s.std > th.anomalous_growth * baseline_std:
@@ -75,8 +76,6 @@ def classify_loss(first: list[float], recent: list[float], best: float, th: Thre
     # make everything after it look like progress)
     start, now = min(first[0], statistics.median(first)), statistics.median(recent[-w:])
     scale = max(abs(start), 1e-12)
-    if start > 0 and now > th.diverge_factor * start and now > th.diverge_factor * max(best, 1e-12):
-        return LossState.diverging.value
     diffs = [b - a for a, b in zip(recent, recent[1:])]
     if len(diffs) >= w:
         level = statistics.median(abs(v) for v in recent) or scale
@@ -84,6 +83,8 @@ def classify_loss(first: list[float], recent: list[float], best: float, th: Thre
         flips = sum(1 for a, b in zip(diffs, diffs[1:]) if a * b < 0) / max(1, len(diffs) - 1)
         if rel > th.oscillation and flips >= 0.4 and now > 0.5 * start:
             return LossState.oscillating.value
+    if start > 0 and now > th.diverge_factor * start and now > th.diverge_factor * max(best, 1e-12):
+        return LossState.diverging.value
     if (start - best) / scale < th.plateau_improvement:
         return LossState.plateau.value
     return LossState.normal.value

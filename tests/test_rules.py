@@ -1,0 +1,44 @@
+"""Rules on hand-made events: every Kind has one rule; causes rank above consequences."""
+from neuraldbg_cli.events import Kind, SemanticEvent
+from neuraldbg_cli.reasoner import rank
+from neuraldbg_cli.rules import RULES, Context
+
+
+def ev(type_, step, module, frm, to, site, **metrics):
+    return SemanticEvent(type=type_, step=step, module=module, root="Net", **{"from": frm}, to=to, site=site,
+                         metrics=metrics)
+
+
+def test_every_kind_has_exactly_one_rule():
+    assert sorted(r.__name__ for r in RULES) == sorted(k.value for k in Kind)
+
+
+def test_each_rule_is_silent_without_events():
+    ctx = Context(events=[])
+    assert all(rule(ctx) is None for rule in RULES)
+
+
+def test_vanishing_origin_is_input_side():
+    models = [{"name": "Net", "order": ["a", "b", "c"], "modules": {"a": {"type": "Linear"}}}]
+    evs = [ev("gradient_health_transition", 0, m, "healthy", "vanishing", "gradient", rms=1e-12, ratio_to_max=1e-10)
+           for m in ("b", "a")]
+    h = next(r for r in RULES if r.__name__ == "vanishing_gradient")(Context(events=evs, models=models))
+    assert h.origin.module == "a" and h.propagation == ["b", "a"]
+
+
+def test_cause_ranks_above_consequence():
+    evs = [ev("gradient_health_transition", 3, "fc", "healthy", "exploding", "gradient", rms=1e4),
+           ev("non_finite", 5, "fc", "exploding", "non_finite", "output")]
+    ctx = Context(events=evs)
+    hyps = rank([h for h in (r(ctx) for r in RULES) if h], slack=10)
+    assert [h.kind for h in hyps][:2] == [Kind.exploding_gradient, Kind.non_finite]
+    assert hyps[1].caused_by == Kind.exploding_gradient and hyps[1].confidence < hyps[0].confidence
+
+
+def test_consequence_that_started_first_is_not_demoted():
+    evs = [ev("non_finite", 1, "fc", "normal", "non_finite", "output"),
+           ev("gradient_health_transition", 50, "fc", "healthy", "exploding", "gradient", rms=1e4)]
+    ctx = Context(events=evs)
+    hyps = rank([h for h in (r(ctx) for r in RULES) if h], slack=10)
+    nf = next(h for h in hyps if h.kind == Kind.non_finite)
+    assert nf.caused_by is None
