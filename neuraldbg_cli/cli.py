@@ -141,3 +141,6 @@ def main() -> None:
     except NeuraldbgError as e:  # anything that slipped past a command
         print(str(e), file=sys.stderr)
         sys.exit(int(ExitCode.USAGE))
+    except Exception as e:  # noqa: BLE001 - a bug of ours: still one line, never a traceback
+        print(f"neuraldbg: internal error ({type(e).__name__}: {e}); please report it", file=sys.stderr)
+        sys.exit(int(ExitCode.USAGE))

@@ -130,27 +130,32 @@ class Session:
         self.monitor = Monitor(settings.thresholds, self._on_event)
         self.meta: dict[str, Any] = {}
         self.warnings: list[str] = []
+        self.off: set[str] = set()  # parts switched off after an internal error
         self.probe: Any = None
+        self.pid = os.getpid()
 
     # -- wiring
 
     def _on_event(self, ev: SemanticEvent) -> None:
-        try:
-            self.writer.event(ev.to_json_dict())
-        except Exception as e:  # noqa: BLE001 - disk full etc.: warn once, keep training
-            self._warn_once("writer", e)
+        if "events.jsonl" not in self.off:
+            try:
+                self.writer.event(ev.to_json_dict())
+            except Exception as e:  # noqa: BLE001 - disk full etc.: warn once, stop writing it, keep training
+                self._warn_once("events.jsonl", e)
         self.console.event(ev)
 
     def _on_steps(self, records: list[StepRecord]) -> None:
-        try:
-            for rec in records:
-                self.monitor.observe(rec)
-        except Exception as e:  # noqa: BLE001
-            self._warn_once("monitor", e)
-        try:
-            self.writer.stats([_stats_row(r) for r in records])
-        except Exception as e:  # noqa: BLE001
-            self._warn_once("writer", e)
+        if "monitor" not in self.off:
+            try:
+                for rec in records:
+                    self.monitor.observe(rec)
+            except Exception as e:  # noqa: BLE001
+                self._warn_once("monitor", e)
+        if "stats.jsonl" not in self.off:
+            try:
+                self.writer.stats([_stats_row(r) for r in records])
+            except Exception as e:  # noqa: BLE001
+                self._warn_once("stats.jsonl", e)
 
     def _on_models(self) -> None:
         try:
@@ -165,10 +170,12 @@ class Session:
             self._warn_once("model description", e)
 
     def _warn_once(self, part: str, err: BaseException) -> None:
+        if part in self.off:
+            return
+        self.off.add(part)
         msg = f"neuraldbg: internal error in {part} ({type(err).__name__}: {err}); continuing without it"
-        if msg not in self.warnings:
-            self.warnings.append(msg)
-            print(msg, file=sys.stderr, flush=True)
+        self.warnings.append(msg)
+        print(msg, file=sys.stderr, flush=True)
 
     # -- the run
 
@@ -193,13 +200,20 @@ class Session:
         self.write_meta()
         self.probe = Probe(self._on_steps, self._on_models, every=self.settings.every)
         t0 = time.perf_counter()
-        self.probe.install()
+        try:
+            self.probe.install()
+        except Exception as e:  # noqa: BLE001 - then the script runs unobserved, rather than not at all
+            self.probe.hooks.remove()
+            self._warn_once("probe installation", e)
         previous = _install_sigterm()
         try:
             code = self._execute()
         finally:
             _restore_sigterm(previous)
-            self._close()
+            if os.getpid() == self.pid:
+                self._close()
+        if os.getpid() != self.pid:  # a child the script forked, leaving through sys.exit: the run is not its
+            return code
         self.write_meta(end=_now(), wall_s=round(time.perf_counter() - t0, 3), exit_status=code,
                         status="finished" if code == 0 else "failed", steps_observed=self.monitor.steps_seen,
                         faults=self.probe.faults + self.warnings)
@@ -278,11 +292,23 @@ def _exit_code(e: SystemExit) -> int:
 
 
 def _print_user_traceback(e: BaseException) -> None:
-    """Like python's own report: through sys.excepthook, without neuraldbg's and runpy's frames."""
+    """Like python's own report: through sys.excepthook, without neuraldbg's and runpy's frames. Our frames
+    in the middle (the backward wrapper) are left out too; a Ctrl-C that lands inside one of our hooks
+    ends the traceback where the script's code called into them."""
     tb = e.__traceback__
     ours = (str(Path(__file__).parent), runpy.__file__, "<frozen runpy>")
     while tb is not None and tb.tb_frame.f_code.co_filename.startswith(ours):
         tb = tb.tb_next
+    kept = []
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(ours[0] + os.sep):
+            kept.append(tb)
+        elif isinstance(e, KeyboardInterrupt):
+            break
+        tb = tb.tb_next
+    for frame, after in zip(kept, [*kept[1:], None]):
+        frame.tb_next = after
+    tb = kept[0] if kept else None
     e.__traceback__ = tb
     sys.stdout.flush()
     try:

@@ -83,6 +83,10 @@ def classify_loss(first: list[float], recent: list[float], best: float, th: Thre
         flips = sum(1 for a, b in zip(diffs, diffs[1:]) if a * b < 0) / max(1, len(diffs) - 1)
         if rel > th.oscillation and flips >= 0.4 and now > 0.5 * start:
             return LossState.oscillating.value
+        # it learned, yet keeps jumping back above where it started: a healthy run rarely does that
+        above = sum(1 for v in recent if v > start)
+        if start > 0 and above >= 2 and best < 0.5 * start and flips >= 0.3 and rel > th.oscillation:
+            return LossState.oscillating.value
     if start > 0 and now > th.diverge_factor * start and now > th.diverge_factor * max(best, 1e-12):
         return LossState.diverging.value
     if (start - best) / scale < th.plateau_improvement:
@@ -158,6 +162,7 @@ class Monitor:
         self.first_losses: list[float] = []
         self.recent_losses: deque[float] = deque(maxlen=2 * thresholds.loss_window)
         self.best_loss = math.inf
+        self.best_step = 0
         self.losses_seen = 0
         self.last_loss: Optional[float] = None
         self.steps_seen = 0
@@ -318,14 +323,19 @@ class Monitor:
             self.first_losses.append(loss)
         self.recent_losses.append(loss)
         if len(self.recent_losses) >= w:
-            self.best_loss = min(self.best_loss, statistics.median(list(self.recent_losses)[-w:]))
+            window = statistics.median(list(self.recent_losses)[-w:])
+            if window < self.best_loss:
+                self.best_loss, self.best_step = window, step - w // 2
         if self.losses_seen < 3 * w:
             return
         state = classify_loss(self.first_losses, list(self.recent_losses), self.best_loss, self.th)
         metrics = {"loss": loss, "start": min(self.first_losses[0], statistics.median(self.first_losses)),
                    "best": self.best_loss,
                    "recent": statistics.median(list(self.recent_losses)[-w:])}
-        self._feed(key, LossState.normal.value, state, step, metrics, etype, "loss", None, None)
+        # judged over a window: the state began before it was recognised
+        onset = {LossState.diverging.value: self.best_step,
+                 LossState.oscillating.value: step - len(self.recent_losses) + 1}.get(state, step)
+        self._feed(key, LossState.normal.value, state, max(0, onset), metrics, etype, "loss", None, None)
 
     def finish(self) -> None:
         """End of run: confirm states cut short by the end, then one summary event."""

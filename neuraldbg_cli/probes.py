@@ -9,6 +9,8 @@ Forward passes with gradients disabled (validation, inference) are not observed.
 This is the only module that imports torch."""
 from __future__ import annotations
 
+import itertools
+import math
 import os
 import sys
 import weakref
@@ -27,6 +29,10 @@ NO_RANGE_CHECK = {"Softmax", "Softmax2d", "LogSoftmax", "Softmin", "Dropout", "D
                   "Identity", "Embedding", "EmbeddingBag"}
 
 DEAD, SAT = 1, 2  # which expensive statistics a site needs
+SNAPSHOT_KEEP = 256 << 20  # bytes of CPU weights whose pre-step copy is kept between sampled steps
+
+# True while torch.compile traces: the hooks then do nothing, so the compiled graph holds no neuraldbg code
+_compiling: Callable[[], bool] = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
 
 
 def every_n(n: int, warmup: int = 10) -> Callable[[int], bool]:
@@ -84,34 +90,85 @@ def _first_float(obj: Any, depth: int = 0) -> Optional[torch.Tensor]:
     return None
 
 
+def _compiled_inner(module: torch.nn.Module) -> Optional[torch.nn.Module]:
+    """The model inside a torch.compile(model) wrapper (an OptimizedModule), else None."""
+    inner = module.__dict__.get("_modules", {}).get("_orig_mod") if type(module).__name__ == "OptimizedModule" else None
+    return inner if isinstance(inner, torch.nn.Module) else None
+
+
+_SKIP_FRAMES = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
+
+
+def _find_owner(module: torch.nn.Module) -> Optional[torch.nn.Module]:
+    """The model a part belongs to when the script calls `model.generator(z)` but never `model(...)`:
+    the largest nn.Module held in the calling frames (locals, or attributes of `self`) that contains it,
+    so modules are named `generator.0` as in the model's named_modules(). Runs once per new root."""
+    try:
+        return _search_frames(module, sys._getframe(2))
+    except Exception:  # noqa: BLE001 - naming is best effort
+        return None
+
+
+def _search_frames(module: torch.nn.Module, frame: Any) -> Optional[torch.nn.Module]:
+    best, best_size = None, 0
+    for _ in range(12):
+        if frame is None:
+            break
+        if not frame.f_code.co_filename.startswith(_SKIP_FRAMES):
+            values = list(frame.f_locals.values())
+            values += [v for obj in values if not isinstance(obj, torch.nn.Module) and hasattr(obj, "__dict__")
+                       and not isinstance(obj, type) for v in list(vars(obj).values())[:50]]
+            for cand in values:
+                if isinstance(cand, torch.nn.Module) and cand is not module:
+                    mods = list(cand.modules())
+                    if len(mods) > best_size and any(m is module for m in mods):
+                        best, best_size = cand, len(mods)
+        frame = frame.f_back
+    return best
+
+
 def _cheap(x: torch.Tensor) -> torch.Tensor:
-    """One reduction: non-finite iff some element is NaN/Inf (fp32 accumulation, no overflow in practice)."""
-    return x.detach().sum(dtype=torch.float32).reshape(1)
+    """One reduction (a 0-d tensor): non-finite iff some element is NaN/Inf (fp32 accumulation, no overflow
+    in practice). Half-precision tensors are summed in fp32, so their own range cannot overflow."""
+    x = x.detach()
+    return x.sum() if x.dtype is torch.float32 else x.sum(dtype=torch.float32)
 
 
-def _full(x: torch.Tensor, flags: int) -> torch.Tensor:
-    """mean, std, min, max, zero_frac, dead_frac, sat01, sat11, nonfinite (9 values, on device)."""
+def _full(x: torch.Tensor, flags: int) -> tuple[list[torch.Tensor], tuple[int, int]]:
+    """Raw sums behind mean, std, min, max, zero_frac, dead_frac, sat01, sat11, nonfinite, as 0-d device
+    tensors; `_act_stats` finishes them on the host. One reduction per statistic; comparisons are written
+    as 0/1 floats into one scratch tensor and summed (a bool result and its sum are many times slower on
+    CPU), the std is two-pass (centred), and sat/dead are computed only where `flags` ask for them.
+    Returns the values and (numel, units) for the host."""
     x = x.detach()
     if x.dtype != torch.float32:
         x = x.float()
     n = x.numel()
-    std, mean = torch.std_mean(x, correction=0)
-    mn, mx = torch.aminmax(x.reshape(-1))
-    nonfinite = (n - torch.isfinite(x).sum()).float()
-    zero = (x == 0).sum().float() / n
-    zeros = torch.zeros((), device=x.device)
+    t = torch.empty_like(x)
+    s = x.sum()
+    mn, mx = torch.aminmax(x)
+    centred = torch.linalg.vector_norm(torch.sub(x, s, alpha=1.0 / n, out=t))
+    zeros = torch.eq(x, 0, out=t).sum()
+    finite = torch.eq(torch.mul(x, 0, out=t), 0, out=t).sum()  # x*0 is 0 iff x is finite
+    out = [s, centred, mn, mx, zeros, finite]
+    units = 0
     if flags & DEAD and x.dim() >= 2:
         unit = 1 if x.dim() in (4, 5) else x.dim() - 1
-        dims = tuple(d for d in range(x.dim()) if d != unit)
-        dead = (x.amax(dim=dims) <= 0).float().mean()
-    else:
-        dead = zeros
+        peak = x.amax(dim=tuple(d for d in range(x.dim()) if d != unit))
+        units = peak.numel()
+        out.append(torch.le(peak, 0, out=peak).sum())
     if flags & SAT:
-        sat01 = ((x - 0.5).abs() > 0.48).float().mean()
-        sat11 = (x.abs() > 0.96).float().mean()
-    else:
-        sat01 = sat11 = zeros
-    return torch.stack([mean, std, mn, mx, zero, dead, sat01, sat11, nonfinite])
+        out.append(torch.gt(torch.sub(x, 0.5, out=t).abs_(), 0.48, out=t).sum())
+        out.append(torch.gt(torch.abs(x, out=t), 0.96, out=t).sum())
+    return out, (n, units)
+
+
+def _act_stats(v: list[float], n: int, units: int) -> ActStats:
+    """Host side of `_full`: mean, population std, min, max, zero_frac, dead_frac, sat01, sat11, nonfinite."""
+    s, centred, mn, mx, zeros, finite = v[:6]
+    dead = v[6] / units if units else 0.0
+    sat01, sat11 = (v[-2] / n, v[-1] / n) if len(v) - (7 if units else 6) == 2 else (0.0, 0.0)
+    return ActStats(1.0, s / n, centred / math.sqrt(n), mn, mx, zeros / n, dead, sat01, sat11, n - finite)
 
 
 class _Root:
@@ -122,6 +179,7 @@ class _Root:
         self.ref = weakref.ref(module)
         self.cls = type(module).__name__
         self.observed: dict[int, tuple[str, int, bool]] = {}  # id(module) -> (name, flags, has_params)
+        self.containers: dict[int, str] = {}  # id(module) -> name, modules without own params or compute
         self.modules: dict[str, ModuleInfo] = {}
         self.params: list[tuple[str, torch.nn.Parameter]] = []  # trainable, deduplicated
         self.order: list[str] = []
@@ -133,20 +191,26 @@ class _Root:
 class _Buffer:
     """Device tensors of one step plus the host-side layout that tells what each value is."""
 
-    __slots__ = ("step", "sampled", "parts", "layout", "losses", "seen", "covered", "scale")
+    __slots__ = ("step", "sampled", "parts", "layout", "losses", "seen", "covered", "scale", "scaled")
 
     def __init__(self, step: int, sampled: bool) -> None:
         self.step, self.sampled = step, sampled
-        self.parts: list[torch.Tensor] = []
-        self.layout: list[tuple[str, tuple, int]] = []  # (what, key, length)
+        self.parts: list[torch.Tensor] = []  # 0-d (or 1-d) device tensors, in layout order
+        self.layout: list[tuple[str, tuple, int, Any]] = []  # (what, key, number of values, extra)
         self.losses: list[torch.Tensor] = []
         self.seen: set[tuple] = set()
         self.covered: set[int] = set()  # params whose gradient was read at an optimizer's pre-step
         self.scale: Optional[float] = None
+        self.scaled = False  # a GradScaler-scaled backward happened in this step
 
     def add(self, what: str, key: tuple, t: torch.Tensor) -> None:
         self.parts.append(t)
-        self.layout.append((what, key, t.numel()))
+        self.layout.append((what, key, t.numel(), None))
+
+    def extend(self, what: str, key: Any, ts: list[torch.Tensor], extra: Any = None) -> None:
+        """Several 0-d tensors as one entry (no per-entry stack: the transfer stacks everything once)."""
+        self.parts.extend(ts)
+        self.layout.append((what, key, len(ts), extra))
 
 
 class Probe:
@@ -163,11 +227,15 @@ class Probe:
         self._class_count: dict[str, int] = defaultdict(int)
         self._pinfo: dict[int, tuple[str, str]] = {}  # id(param) -> (root name, module name)
         self.optimizers: "weakref.WeakSet[torch.optim.Optimizer]" = weakref.WeakSet()
-        self._opt_counts: dict[int, int] = defaultdict(int)
+        self._pacer: Optional[int] = None  # id of the optimizer whose step ends a training step
+        self._waiting: dict[int, int] = defaultdict(int)  # steps of other optimizers since the pacer's last
         self._opt_depth: dict[int, int] = defaultdict(int)
         self._opt_stepped = False
         self._backward_done = False
-        self._before: dict[int, tuple[list, list]] = {}
+        self._before: dict[int, tuple[list, tuple, list]] = {}
+        self._opt_cache: dict[int, tuple] = {}  # id(opt) -> (param ids, params, owners, id set, len(_pinfo))
+        self._all: tuple[int, list, tuple, frozenset] = (-1, [], (), frozenset())  # every root's params
+        self._snaps: dict[int, list[torch.Tensor]] = {}  # id(opt) -> kept buffers for CPU weight snapshots
         self.step = 0
         self._buf = _Buffer(0, self.schedule(0))
         self._pending: list[_Buffer] = []
@@ -195,6 +263,10 @@ class Probe:
         scaler = getattr(torch.amp, "GradScaler", None)
         if scaler is not None and "scale" in scaler.__dict__:
             h.patch(scaler, "scale", self._wrap_scale(scaler.scale))
+        if "compile" in torch.nn.Module.__dict__:
+            h.patch(torch.nn.Module, "compile", self._wrap_compile(torch.nn.Module.compile))
+        if "_has_any_global_hook" in _module.__dict__:
+            h.patch(_module, "_has_any_global_hook", self._foreign_global_hooks)
         return h
 
     def close(self) -> None:
@@ -222,6 +294,8 @@ class Probe:
     # ---- forward ----
 
     def _pre_forward(self, module: torch.nn.Module, args: tuple) -> None:
+        if _compiling():  # traced by torch.compile: stay out of the graph (no recompiles, no graph breaks)
+            return
         self._depth += 1
         if self._depth != 1 or "forward" in self._off:
             return
@@ -232,14 +306,17 @@ class Probe:
 
     def _enter_root(self, module: torch.nn.Module, args: tuple) -> None:
         self._cur = None
-        if not torch.is_grad_enabled() or torch.is_inference_mode_enabled() or not self._mine():
+        if (not torch.is_grad_enabled() or torch.is_inference_mode_enabled() or not self._mine()
+                or torch._C._are_functorch_transforms_active()):  # torch.func/vmap tensors must not escape
             return
         hit = self._index.get(id(module))
         if hit is None:
             if not any(p.requires_grad for p in module.parameters()):
                 self._observe_target(args)  # a loss module: its second argument is the target
                 return
-            root = self._register(module)
+            owner = _find_owner(module)
+            root = self._register(owner or module)
+            hit = self._index.get(id(module)) if owner is not None else None
         else:
             root = hit[0]
         self._close_backward_step()
@@ -256,6 +333,8 @@ class Probe:
             self._add_once(("", "", "target"), tensors[1], 0)
 
     def _post_forward(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
+        if _compiling():
+            return
         self._depth = max(0, self._depth - 1)
         root = self._cur
         if root is None or "forward" in self._off:
@@ -264,6 +343,8 @@ class Probe:
             entry = root.observed.get(id(module))
             if entry is not None:
                 self._observe_output(root, module, entry, args, output)
+            elif id(module) in root.containers:
+                self._observe_container(root, root.containers[id(module)], output)
         except Exception as e:  # noqa: BLE001
             self._fault("forward", e)
         if self._depth == 0:
@@ -285,7 +366,15 @@ class Probe:
                 self._add_once((root.name, layer, "activation"), t, flags)
             else:
                 self._add_once((root.name, name, "output"), t, flags)
-        self._prev = (name if has_params else layer, t)
+        self._prev = (name if has_params or not flags else layer, t)  # activations keep the layer's name
+        if name not in root._ordered:
+            root._ordered.add(name)
+            root.order.append(name)
+
+    def _observe_container(self, root: _Root, name: str, output: Any) -> None:
+        t = _first_float(output)
+        if t is not None and t is not self._prev[1] and t.numel() > 0:  # a Sequential just passes its last output
+            self._buf.add("cheap", (root.name, name, "output"), _cheap(t))
         if name not in root._ordered:
             root._ordered.add(name)
             root.order.append(name)
@@ -295,11 +384,13 @@ class Probe:
         buf = self._buf
         if buf.sampled and key not in buf.seen:
             buf.seen.add(key)
-            buf.add("full", key, _full(x, flags))
+            values, extra = _full(x, flags)
+            buf.extend("full", key, values, extra)
         else:
             buf.add("cheap", key, _cheap(x))
 
     def _register(self, module: torch.nn.Module) -> _Root:
+        wrapper, module = module, _compiled_inner(module) or module  # torch.compile(model): name the model itself
         cls = type(module).__name__
         k = self._class_count[cls]
         self._class_count[cls] += 1
@@ -310,6 +401,8 @@ class Probe:
             own = [p for p in m.parameters(recurse=False) if p.requires_grad]
             leaf = next(iter(m.children()), None) is None
             if not own and not leaf:
+                if name:
+                    root.containers[id(m)] = name  # only a non-finite check: a NaN made in its own code
                 continue
             tname = type(m).__name__
             flags = (DEAD if tname in RELU_LIKE else 0) | (SAT if tname in SATURATING else 0)
@@ -322,6 +415,7 @@ class Probe:
             root.n_params += numel
             is_matrix = any(p.dim() >= 2 for p in fresh) and tname not in ("Embedding", "EmbeddingBag")
             root.modules[name] = ModuleInfo(name=name, type=tname, params=numel, weight_ndim2=is_matrix)
+        self._index.setdefault(id(wrapper), (root, ""))
         self.roots.append(root)
         self._models_dirty = True
         return root
@@ -336,13 +430,19 @@ class Probe:
                 return original(tensors, *args, **kwargs)
             probe._in_backward = True
             try:
+                scaled = False
                 try:
-                    probe._record_loss(tensors)
+                    scaled = probe._record_loss(tensors)
                 except Exception as e:  # noqa: BLE001
                     probe._fault("backward", e)
                 probe._close_backward_step()
                 result = original(tensors, *args, **kwargs)
                 probe.backward_calls += 1
+                if scaled and probe.optimizers:
+                    # GradScaler: gradients are still scaled here (and inf on steps it will skip); they are read
+                    # unscaled at the optimizer's pre-step, and its step, not this backward, ends the step
+                    probe._buf.scaled = True
+                    return result
                 probe._backward_done = True
                 if not probe._opt_stepped:  # no optimizer (yet): read gradients now, zero_grad may follow
                     try:
@@ -356,16 +456,18 @@ class Probe:
         backward.__wrapped__ = original  # type: ignore[attr-defined]
         return backward
 
-    def _record_loss(self, tensors: Any) -> None:
+    def _record_loss(self, tensors: Any) -> bool:
+        """Keep the loss of this backward pass; True when it is a GradScaler-scaled loss."""
         t = tensors if isinstance(tensors, torch.Tensor) else None
         if t is None and isinstance(tensors, (tuple, list)) and len(tensors) == 1:
             t = tensors[0] if isinstance(tensors[0], torch.Tensor) else None
         if t is None or t.numel() != 1 or not t.is_floating_point():
-            return
+            return False
         if id(t) in self._scaled:  # GradScaler already recorded the unscaled loss
             self._scaled.discard(id(t))
-            return
+            return True
         self._buf.losses.append(t.detach().float().reshape(1))
+        return False
 
     def _wrap_scale(self, original: Callable) -> Callable:
         probe = self
@@ -395,6 +497,30 @@ class Probe:
 
         return __init__
 
+    # ---- torch.compile ----
+
+    def _wrap_compile(self, original: Callable) -> Callable:
+        probe = self
+
+        def compile(module: Any, *args: Any, **kwargs: Any) -> None:
+            """model.compile() compiles the module's own call, hooks included, so its forward is never seen
+            from outside: it becomes a root now (gradients, weights, updates and loss are still observed)."""
+            original(module, *args, **kwargs)
+            try:
+                if probe._mine() and id(module) not in probe._index and any(p.requires_grad for p in module.parameters()):
+                    probe._register(module)
+            except Exception as e:  # noqa: BLE001
+                probe._fault("forward", e)
+
+        return compile
+
+    def _foreign_global_hooks(self) -> bool:
+        """Stands in for torch's `_has_any_global_hook`, used (only) by torch.compile(model)'s warning that
+        global hooks fire an extra time on its wrapper. Ours handle the wrapper, so only other hooks count."""
+        hooks = [h for name in ("_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_pre_hooks",
+                                "_global_backward_hooks") for h in getattr(_module, name, {}).values()]
+        return any(getattr(h, "__self__", None) is not self for h in hooks)
+
     # ---- optimizer steps ----
 
     def _pre_step(self, opt: Any, args: Any, kwargs: Any) -> None:
@@ -403,12 +529,46 @@ class Probe:
         if self._opt_depth[id(opt)] != 1 or "grads" in self._off or not self._mine():
             return
         try:
-            params = [p for g in opt.param_groups for p in g["params"] if id(p) in self._pinfo]
-            self._grad_norms(self._buf, params)
+            params, owners, ids = self._opt_params(opt)
+            self._grad_norms(self._buf, params, owners, ids)
             if self._buf.sampled and params:  # exact update size: weights before vs after this step
-                self._before[id(opt)] = (params, [p.detach().clone() for p in params])
+                self._before[id(opt)] = (params, owners, self._snapshot(id(opt), params))
         except Exception as e:  # noqa: BLE001
             self._fault("grads", e)
+
+    def _opt_params(self, opt: Any) -> tuple[list, tuple, frozenset]:
+        """This optimizer's observed parameters, their owners and ids; cached while its params are the same."""
+        sig = tuple(map(id, itertools.chain.from_iterable(g["params"] for g in opt.param_groups)))
+        hit = self._opt_cache.get(id(opt))
+        if hit is None or hit[0] != sig or hit[4] != len(self._pinfo):
+            params = [p for g in opt.param_groups for p in g["params"] if id(p) in self._pinfo]
+            hit = (sig, params, tuple(self._pinfo[id(p)] for p in params), frozenset(map(id, params)),
+                   len(self._pinfo))
+            self._opt_cache[id(opt)] = hit
+        return hit[1], hit[2], hit[3]
+
+    def _all_params(self) -> tuple[list, tuple, frozenset]:
+        """Every root's trainable parameters, their owners and ids (roots only ever grow)."""
+        if self._all[0] != len(self._pinfo):
+            params = [p for root in self.roots for _, p in root.params]
+            self._all = (len(self._pinfo), params, tuple(self._pinfo[id(p)] for p in params),
+                         frozenset(map(id, params)))
+        return self._all[1], self._all[2], self._all[3]
+
+    def _snapshot(self, key: int, params: list) -> list[torch.Tensor]:
+        """The weights before an optimizer step. CPU weights are copied into buffers kept per optimizer (a
+        fresh allocation that size page-faults on every sampled step: a few times the cost of the copy) up
+        to SNAPSHOT_KEEP bytes; otherwise fresh copies (a GPU's caching allocator makes those cheap, and the
+        memory goes back to its pool for the activations)."""
+        with torch.no_grad():
+            if all(p.is_cpu for p in params) and sum(p.numel() * p.element_size() for p in params) <= SNAPSHOT_KEEP:
+                bufs = self._snaps.get(key)
+                if bufs is None or len(bufs) != len(params) or any(
+                        b.shape != p.shape or b.dtype != p.dtype for b, p in zip(bufs, params)):
+                    bufs = self._snaps[key] = [torch.empty_like(p) for p in params]
+                torch._foreach_copy_(bufs, params)
+                return bufs
+            return list(torch._foreach_mul(params, 1.0))
 
     def _post_step(self, opt: Any, args: Any, kwargs: Any) -> None:
         self._opt_depth[id(opt)] -= 1
@@ -417,21 +577,32 @@ class Probe:
         before = self._before.pop(id(opt), None)
         try:
             if before is not None:
-                params, old = before
-                deltas = torch._foreach_norm(torch._foreach_sub([p.detach() for p in params], old))
-                self._buf.add("update", tuple(self._pinfo[id(p)] for p in params),
-                              torch.stack([x.float() for x in deltas]))
+                params, owners, old = before
+                with torch.no_grad():
+                    torch._foreach_sub_(old, params)  # in place: no second allocation
+                    deltas = torch._foreach_norm(old)
+                self._buf.extend("update", owners, list(deltas))
             if opt not in self.optimizers:
                 self.optimizers.add(opt)
                 self._models_dirty = True
-            lead = max(self._opt_counts.values(), default=0)
-            self._opt_counts[id(opt)] += 1
-            if self._opt_counts[id(opt)] > lead:
+            if self._paces(id(opt)):
                 self._opt_stepped = True
                 self._backward_done = False
                 self._advance()
         except Exception as e:  # noqa: BLE001
             self._fault("step", e)
+
+    def _paces(self, key: int) -> bool:
+        """Whether this optimizer's step ends the training step. The first optimizer to step paces; another
+        one (a GAN's second optimizer) steps within the same training step, unless it steps twice while the
+        pacer does not: then it takes over (a new phase of the script with a new optimizer)."""
+        if key != self._pacer:
+            self._waiting[key] += 1
+            if self._pacer is not None and self._waiting[key] < 2:
+                return False
+            self._pacer = key
+        self._waiting.clear()
+        return True
 
     def _close_backward_step(self) -> None:
         """Until some optimizer.step() happens, each backward pass is a step; it closes when the next
@@ -461,22 +632,29 @@ class Probe:
             self.flush()
 
     def _grad_stats(self, buf: _Buffer) -> None:
-        rest = [p for root in self.roots for _, p in root.params if id(p) not in buf.covered]
-        self._grad_norms(buf, rest)
-        if buf.sampled:
-            params = [p for root in self.roots for _, p in root.params]
-            if params:
-                norms = torch._foreach_norm([p.detach() for p in params])
-                buf.add("weight", tuple(self._pinfo[id(p)] for p in params), torch.stack([x.float() for x in norms]))
+        params, owners, ids = self._all_params()
+        if not buf.scaled and not ids <= buf.covered:  # outside an optimizer step, a GradScaler's gradients are still scaled
+            self._grad_norms(buf, [p for p in params if id(p) not in buf.covered])
+        if buf.sampled and params:
+            with torch.no_grad():
+                norms = torch._foreach_norm(params)
+            buf.extend("weight", owners, list(norms))
 
-    def _grad_norms(self, buf: _Buffer, params: list) -> None:
+    def _grad_norms(self, buf: _Buffer, params: list, owners: Optional[tuple] = None,
+                    ids: Optional[frozenset] = None) -> None:
         """One fused norm over every gradient present; params without .grad are simply absent."""
-        with_grad = [p for p in params if p.grad is not None and p.grad.layout == torch.strided
-                     and id(p) not in buf.covered]
-        buf.covered.update(id(p) for p in params)
-        if with_grad:
-            norms = torch._foreach_norm([p.grad for p in with_grad])
-            buf.add("grad", tuple(self._pinfo[id(p)] for p in with_grad), torch.stack([x.float() for x in norms]))
+        grads = [p.grad for p in params]
+        if (owners is None or not buf.covered.isdisjoint(ids)  # type: ignore[arg-type]
+                or any(g is None or g.layout != torch.strided for g in grads)):
+            keep = [i for i, (p, g) in enumerate(zip(params, grads))
+                    if g is not None and g.layout == torch.strided and id(p) not in buf.covered]
+            grads = [grads[i] for i in keep]
+            owners = tuple(self._pinfo[id(params[i])] for i in keep)
+        buf.covered.update(ids if ids is not None else map(id, params))
+        if grads:
+            with torch.no_grad():
+                norms = torch._foreach_norm(grads)
+            buf.extend("grad", owners, list(norms))
 
     # ---- host transfer ----
 
@@ -499,16 +677,19 @@ class Probe:
         tensors: list[torch.Tensor] = []
         for buf in pending:
             if buf.losses:
-                buf.add("loss", ("", "", "loss"), torch.cat(buf.losses).mean().reshape(1))
-            tensors.extend(t.reshape(-1).float() for t in buf.parts)
+                loss = buf.losses[0] if len(buf.losses) == 1 else torch.stack(buf.losses).mean()
+                buf.add("loss", ("", "", "loss"), loss.reshape(()))
+            tensors.extend(buf.parts)
         values = _host_values(tensors)
         records, i = [], 0
+        # without gradient observation, a sampled step would read as "no gradient anywhere"
+        full = "grads" not in self._off
         for buf in pending:
-            rec = StepRecord(step=buf.step, sampled=buf.sampled)
-            for what, key, length in buf.layout:
+            rec = StepRecord(step=buf.step, sampled=buf.sampled and full)
+            for what, key, length, extra in buf.layout:
                 chunk = values[i:i + length]
                 i += length
-                _place(rec, what, key, chunk)
+                _place(rec, what, key, chunk, extra)
             records.append(rec)
         return records
 
@@ -539,26 +720,27 @@ class Probe:
 
 
 def _host_values(tensors: list[torch.Tensor]) -> list[float]:
-    """Concatenate per device and copy once per device."""
+    """Stack (the parts are 0-d) per device and copy once per device; any dtype comes back as a float."""
     if not tensors:
         return []
+    scalars = tensors
+    if any(t.dim() for t in tensors):  # an occasional vector part: split it into its elements
+        scalars = [u for t in tensors for u in ((t,) if t.dim() == 0 else t.reshape(-1).unbind(0))]
+    try:
+        return torch.stack(scalars).float().tolist()
+    except RuntimeError:  # on more than one device
+        pass
     by_device: dict[torch.device, list[int]] = defaultdict(list)
-    for i, t in enumerate(tensors):
+    for i, t in enumerate(scalars):
         by_device[t.device].append(i)
-    if len(by_device) == 1:
-        return torch.cat(tensors).tolist()
-    pieces: list[Optional[list[float]]] = [None] * len(tensors)
+    out: list[float] = [0.0] * len(scalars)
     for idx in by_device.values():
-        flat = torch.cat([tensors[i] for i in idx]).tolist()
-        j = 0
-        for i in idx:
-            n = tensors[i].numel()
-            pieces[i] = flat[j:j + n]
-            j += n
-    return [v for piece in pieces for v in piece]  # type: ignore[union-attr]
+        for i, v in zip(idx, torch.stack([scalars[i] for i in idx]).float().tolist()):
+            out[i] = v
+    return out
 
 
-def _place(rec: StepRecord, what: str, key: tuple, chunk: list[float]) -> None:
+def _place(rec: StepRecord, what: str, key: tuple, chunk: list[float], extra: Any = None) -> None:
     if what == "loss":
         rec.loss = chunk[0]
     elif what == "cheap":
@@ -568,7 +750,7 @@ def _place(rec: StepRecord, what: str, key: tuple, chunk: list[float]) -> None:
             rec.acts[site] = prev + chunk[0]
     elif what == "full":
         if not isinstance(rec.acts.get(key), ActStats):
-            rec.acts[key] = ActStats(1.0, *chunk)
+            rec.acts[key] = _act_stats(chunk, *extra)
     elif what == "grad":
         _accumulate(rec, key, chunk, "norm")
     elif what == "weight":

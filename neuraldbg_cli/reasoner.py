@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from neuraldbg_cli.events import EventType, Hypothesis, Kind, ModelSummary, Report
-from neuraldbg_cli.rules import CAUSES, RULES, Context
+from neuraldbg_cli.rules import AFTER_START, CAUSES, RULES, Context
 from neuraldbg_cli.trace import RunData
 
 
@@ -30,6 +30,8 @@ def rank(hyps: list[Hypothesis], slack: int) -> list[Hypothesis]:
             effect = by_kind.get(effect_kind)
             if effect is None or effect.caused_by is not None:
                 continue
+            if (cause_kind, effect_kind) in AFTER_START and not effect.origin.step:
+                continue
             if (cause.origin.step or 0) <= (effect.origin.step or 0) + slack:
                 effect.confidence = round(min(effect.confidence, cause.confidence - 0.05) * 0.8, 3)
                 effect.caused_by = cause_kind
@@ -47,7 +49,7 @@ def steps_observed(run: RunData) -> int:
         counts.append(int(summary[-1].metrics.get("steps") or 0))
     if run.events:
         counts.append(max(e.step for e in run.events) + 1 if len(run.events) > len(summary) else 0)
-    return max(counts)
+    return min(max(counts), (1 << 63) - 1)  # a corrupt count must not break the JSON report
 
 
 def explain(run: RunData, min_confidence: float = 0.5) -> Report:

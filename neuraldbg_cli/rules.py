@@ -151,9 +151,7 @@ def exploding_gradient(ctx: Context) -> Optional[Hypothesis]:
     if not evs:
         return None
     first = _first_by_module(evs)
-    onset = min(e.step for e in first.values())
-    same = [e for e in first.values() if e.step <= onset]
-    origin = max(same, key=lambda e: (e.metrics.get("rms") or 0.0, -ctx.order(e)))
+    origin = _origin_of(ctx, list(first.values()))  # input side: where large init / high lr compounds most
     chain = [e.module or "" for e in sorted(first.values(), key=lambda e: (e.step, ctx.order(e)))]
     conf = _spread_confidence(0.66, len(first), max(_still(ctx, evs, "exploding"), 0.7))
     rms = origin.metrics.get("rms")
@@ -215,11 +213,14 @@ def non_finite(ctx: Context) -> Optional[Hypothesis]:
 
 def data_anomaly(ctx: Context) -> Optional[Hypothesis]:
     evs = ctx.select(types=[EventType.data_anomaly.value], to=["non_finite", "extreme_scale", "shifted"])
+    made = [e.step for e in ctx.select(types=[EventType.non_finite.value], sites=["output", "activation"])]
+    if made:  # a NaN target computed by the model's own (NaN) modules is not bad data
+        evs = [e for e in evs if not (e.site == "target" and e.to == "non_finite" and e.step >= min(made))]
     if not evs:
         return None
     onset = min(e.step for e in evs)
     first = min((e for e in evs if e.step == onset), key=lambda e: ("non_finite", "extreme_scale", "shifted").index(e.to))
-    m = first.metrics
+    m = {k: v for k, v in first.metrics.items() if v is not None}  # null (NaN) metrics: the defaults below
     what = "targets" if first.site == "target" else "inputs"
     conf = 0.92 if first.to == "non_finite" else {"extreme_scale": 0.75, "shifted": 0.7}[first.to] * (
         0.7 + 0.3 * _still(ctx, evs, first.to))  # one NaN batch is enough to ruin the weights
@@ -249,7 +250,7 @@ def unchanged_weights(ctx: Context) -> Optional[Hypothesis]:
     first = _first_by_module(evs)
     origin = _origin_of(ctx, list(first.values()))
     names = _names(evs)
-    outside = [e.module for e in first.values() if not e.metrics.get("in_optimizer")]
+    outside = [e.module for e in first.values() if e.module and not e.metrics.get("in_optimizer")]
     hint = ctx.lr_hint()
     tips = []
     if not ctx.optimizers:
@@ -281,13 +282,15 @@ def no_gradient(ctx: Context) -> Optional[Hypothesis]:
     return _hyp(Kind.no_gradient, conf, origin, origin.step, summary, evs, tips, names)
 
 
-def _loss_rule(ctx: Context, state: str, kind: Kind, base: float, phrase: str, tips: list[str]) -> Optional[Hypothesis]:
+def _loss_rule(ctx: Context, state: str, kind: Kind, base: float, phrase: str, tips: list[str],
+               intermittent: bool = False) -> Optional[Hypothesis]:
     evs = ctx.select(types=[EventType.optimizer_instability.value], to=[state])
     if not evs:
         return None
     first = min(evs, key=lambda e: e.step)
-    m = first.metrics
-    conf = base * (0.65 + 0.35 * _still(ctx, evs, state))
+    m = {k: v for k, v in first.metrics.items() if v is not None}
+    still = _still(ctx, evs, state)
+    conf = base * (0.65 + 0.35 * (max(still, 0.8) if intermittent else still))  # oscillation comes and goes
     summary = (f"{phrase} from step {first.step}: loss {m.get('recent', m.get('loss', 0)):.4g} now vs "
                f"{m.get('start', 0):.4g} at the start (best {m.get('best', 0):.4g}).")
     return _hyp(kind, conf, None, first.step, summary, evs, tips)
@@ -312,7 +315,8 @@ def loss_divergence(ctx: Context) -> Optional[Hypothesis]:
 
 def unstable_loss(ctx: Context) -> Optional[Hypothesis]:
     tips = _lr_advice(ctx, 0.1) + ["add learning-rate warm-up or a decaying schedule", "use a larger batch"]
-    return _loss_rule(ctx, "oscillating", Kind.unstable_loss, 0.72, "The loss oscillates without converging", tips)
+    return _loss_rule(ctx, "oscillating", Kind.unstable_loss, 0.72, "The loss oscillates without converging", tips,
+                      intermittent=True)
 
 
 Rule = Callable[[Context], Optional[Hypothesis]]
@@ -331,7 +335,11 @@ CAUSES: dict[Kind, tuple[Kind, ...]] = {
     Kind.unchanged_weights: (Kind.loss_plateau,),
     Kind.no_gradient: (Kind.loss_plateau, Kind.unchanged_weights),
     Kind.loss_divergence: (Kind.non_finite,),
+    Kind.unstable_loss: (Kind.saturated_activation, Kind.dead_activation),
 }
+# consequences that can only follow from training itself: not if present from the first step
+AFTER_START: set[tuple[Kind, Kind]] = {(Kind.unstable_loss, Kind.saturated_activation),
+                                       (Kind.unstable_loss, Kind.dead_activation)}
 
 
 def _check_rules() -> None:

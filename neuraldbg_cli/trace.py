@@ -22,6 +22,8 @@ from neuraldbg_cli.events import META_SCHEMA, SUPPORTED_EVENT_SCHEMAS, SemanticE
 EVENTS, META, STATS, MODEL = "events.jsonl", "meta.json", "stats.jsonl", "model.json"
 MAX_LINE = 1 << 20  # a longer line is not an event: skipped without reading it into memory
 MAX_WARNINGS = 20
+MAX_INT = 1 << 63  # steps and counts beyond 64 bits are corrupt
+MAX_EVENTS = 200_000  # events are written on transitions only: a real run has far fewer; memory stays bounded
 
 
 def _dumps(obj: Any) -> bytes:
@@ -41,12 +43,12 @@ class RunWriter:
 
     def event(self, ev: dict[str, Any]) -> None:
         if os.getpid() == self.pid:
-            self._events.write(_dumps(ev) + b"\n")
+            _write_all(self._events, _dumps(ev) + b"\n")
             self.n_events += 1
 
     def stats(self, rows: list[dict[str, Any]]) -> None:
         if os.getpid() == self.pid and rows:
-            self._stats.write(b"".join(_dumps(r) + b"\n" for r in rows))
+            _write_all(self._stats, b"".join(_dumps(r) + b"\n" for r in rows))
 
     def write_json(self, name: str, obj: Any) -> None:
         """Atomic replace: a reader sees the old or the new file, never half of one."""
@@ -62,6 +64,13 @@ class RunWriter:
                 f.close()
             except OSError:
                 pass
+
+
+def _write_all(f: Any, data: bytes) -> None:
+    """An unbuffered write can be short (a nearly full disk, a signal): finish the line, or raise."""
+    view = memoryview(data)
+    while view:
+        view = view[f.write(view):]
 
 
 def point_latest(run_dir: Path) -> None:
@@ -102,8 +111,24 @@ def _check_dir(run_dir: Path) -> Path:
     return resolved
 
 
+def _is_file(path: Path) -> bool:
+    """False when missing; a NeuraldbgError when it is not a regular file (a FIFO or /dev/zero would hang or
+    never end, a symlink loop cannot be opened)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        if os.path.lexists(path):
+            raise NeuraldbgError(f"neuraldbg: {path} is a broken symlink") from None
+        return False
+    except (OSError, RuntimeError) as e:
+        raise NeuraldbgError(f"neuraldbg: cannot open {path}: {e.strerror or e}") from None
+    if not stat.S_ISREG(mode):
+        raise NeuraldbgError(f"neuraldbg: {path} is not a regular file")
+    return True
+
+
 def _read_json_file(path: Path, what: str) -> dict[str, Any]:
-    if not path.exists():
+    if not _is_file(path):
         return {}
     try:
         if path.stat().st_size > 64 * MAX_LINE:
@@ -164,13 +189,22 @@ def read_events(path: Path, warnings: list[str]) -> list[SemanticEvent]:
                                  f"does not know (it reads {', '.join(sorted(SUPPORTED_EVENT_SCHEMAS))}); "
                                  f"upgrade neuraldbg")
         raw.append((n, obj))
+        if len(raw) >= MAX_EVENTS:
+            warnings.append(f"{path.name} holds more than {MAX_EVENTS} events; read the first {MAX_EVENTS}")
+            break
     events = []
     for n, obj in raw:
         try:
-            events.append(SemanticEvent.model_validate(obj))
+            ev = SemanticEvent.model_validate(obj)
         except ValidationError as e:
             bad += 1
             _warn(warnings, f"line {n} of {path.name} is not a valid event ({e.errors()[0]['msg']}); skipped it")
+            continue
+        if not 0 <= ev.step < MAX_INT:
+            bad += 1
+            _warn(warnings, f"line {n} of {path.name} has step {str(ev.step)[:30]}, out of range; skipped it")
+            continue
+        events.append(ev)
     if bad > MAX_WARNINGS:
         warnings.append(f"{bad} lines of {path.name} were skipped in all")
     return events
@@ -190,11 +224,11 @@ def read_run(run_dir: Path) -> RunData:
         raise NeuraldbgError(f"neuraldbg: {run_dir}/meta.json has schema {str(schema)[:60]!r}; this neuraldbg "
                              f"reads {META_SCHEMA}; upgrade neuraldbg")
     warnings: list[str] = []
+    if not meta:
+        warnings.append("meta.json is missing or empty (the run was killed as it started?)")
+    meta = _drop_mistyped(meta, META_FIELDS, "meta.json", warnings)
     events_path = resolved / EVENTS
-    if events_path.exists():
-        mode = events_path.stat().st_mode
-        if not stat.S_ISREG(mode):
-            raise NeuraldbgError(f"neuraldbg: {events_path} is not a regular file")
+    if _is_file(events_path):
         try:
             events = read_events(events_path, warnings)
         except OSError as e:
@@ -207,14 +241,86 @@ def read_run(run_dir: Path) -> RunData:
     except NeuraldbgError as e:
         models = {}
         warnings.append(str(e).removeprefix("neuraldbg: "))
+    models = _clean_models(models, warnings)
+    code = meta.get("exit_status")
+    if isinstance(code, int) and code != 0:
+        how = {130: "was interrupted (Ctrl-C)", 143: "was terminated (SIGTERM)"}.get(code, "failed")
+        warnings.append(f"the script {how}, exit status {code}; this explains what was observed up to then")
+    elif meta and "exit_status" not in meta and "steps_observed" not in meta:
+        last = _last_row_step(resolved / STATS)  # killed: how far it got is in the last statistics row
+        if last is not None:
+            meta["steps_observed"] = last + 1
     return RunData(dir=Path(run_dir), meta=meta, events=events, models=models, warnings=warnings)
+
+
+# What the reasoner reads from meta.json and model.json, with the JSON type each must have: a field of
+# another type (a hand-edited or corrupt file) is dropped with a warning instead of failing later.
+META_FIELDS = {"status": str, "script": str, "start": str, "end": str, "exit_status": int, "steps_observed": int,
+               "settings": dict}
+MODEL_FIELDS = {"name": str, "class": str, "n_modules": int, "n_params": int, "order": list, "modules": dict}
+OPTIMIZER_FIELDS = {"type": str, "groups": list, "params": int}
+
+
+def _drop_mistyped(obj: dict[str, Any], fields: dict[str, type], where: str, warnings: list[str]) -> dict[str, Any]:
+    out = dict(obj)
+    for key, typ in fields.items():
+        value = out.get(key)
+        if key in out and (not isinstance(value, typ) or typ is int and (isinstance(value, bool) or abs(value) >= MAX_INT)):
+            del out[key]
+            _warn(warnings, f"{where}: {key!r} has the wrong type; ignored it")
+    return out
+
+
+def _clean_models(doc: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+    models, optimizers = doc.get("models", []), doc.get("optimizers", [])
+    if not isinstance(models, list) or not isinstance(optimizers, list) or \
+            not all(isinstance(x, dict) for x in [*models, *optimizers]):
+        _warn(warnings, "model.json is not shaped as neuraldbg writes it; ignored the parts that are not")
+    out: dict[str, Any] = {"models": [], "optimizers": []}
+    for m in models if isinstance(models, list) else []:
+        if isinstance(m, dict):
+            m = _drop_mistyped(m, MODEL_FIELDS, "model.json", warnings)
+            m["order"] = [n for n in m.get("order", []) if isinstance(n, str)]
+            m["modules"] = {n: i for n, i in m.get("modules", {}).items() if isinstance(i, dict)
+                            and isinstance(i.get("type", ""), str)}
+            out["models"].append(m)
+    for o in optimizers if isinstance(optimizers, list) else []:
+        if isinstance(o, dict):
+            o = _drop_mistyped(o, OPTIMIZER_FIELDS, "model.json", warnings)
+            o["groups"] = [g for g in o.get("groups", []) if isinstance(g, dict)]
+            out["optimizers"].append(o)
+    return out
+
+
+def _last_row_step(path: Path) -> Optional[int]:
+    """`step` of the last complete row of a JSONL file, read from its tail only (bounded memory)."""
+    try:
+        if not _is_file(path):
+            return None
+        with open(path, "rb") as f:
+            start = max(0, f.seek(0, os.SEEK_END) - 2 * MAX_LINE)
+            f.seek(start)
+            lines = f.read().split(b"\n")
+    except (OSError, NeuraldbgError):
+        return None
+    for line in reversed(lines[1 if start else 0:-1]):  # the first may be cut by the seek, the last unfinished
+        try:
+            step = orjson.loads(line).get("step")
+        except (orjson.JSONDecodeError, AttributeError):
+            continue
+        if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
+            return step
+    return None
 
 
 def read_stats(run_dir: Path, limit: int = 200_000) -> list[dict[str, Any]]:
     """Sampled statistics for plots; tolerant like read_events, bounded by `limit` rows."""
     path = Path(run_dir) / STATS
     rows: list[dict[str, Any]] = []
-    if not path.exists():
+    try:
+        if not _is_file(path):
+            return rows
+    except NeuraldbgError:
         return rows
     for _, line, _ in iter_lines(path):
         if line is None or not line.strip():
@@ -223,7 +329,7 @@ def read_stats(run_dir: Path, limit: int = 200_000) -> list[dict[str, Any]]:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError:
             continue
-        if isinstance(obj, dict):
+        if isinstance(obj, dict) and type(obj.get("step")) is int and isinstance(obj.get("grads", {}), dict):
             rows.append(obj)
             if len(rows) >= limit:
                 break

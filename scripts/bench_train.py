@@ -269,11 +269,11 @@ def main():
     import resource
     for i in range(args.warmup):
         step(i)
-    chunks = []
+    chunks, cpu_chunks = [], []
     i = args.warmup
     for _ in range(max(1, args.steps // args.chunk)):
         sync()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(args.chunk):
             step(i)
             i += 1
@@ -281,11 +281,13 @@ def main():
                 rss.append((i, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
         sync()
         chunks.append((time.perf_counter() - t0) / args.chunk * 1e3)
+        cpu_chunks.append((time.process_time() - c0) / args.chunk * 1e3)
     loss = step(i).item()
     if peer_log is not None:
         peer_log.finish()
     print(json.dumps({"model": args.model, "peer": args.peer, "wandb_emulated": emulated,
                       "step_ms": statistics.median(chunks), "chunks_ms": [round(c, 3) for c in chunks],
+                      "cpu_ms": statistics.median(cpu_chunks),
                       "loss": loss if math.isfinite(loss) else None, "params_sha": params_sha(model),
                       "steps": i + 1, "rss_kb": rss}))
     sys.stdout.flush()

@@ -61,15 +61,43 @@ _cache: dict[tuple, Observed] = {}
 def observe(tmp_path_factory):
     """observe('vanishing.py', '--steps', '30') -> Observed; cached per (script, args) for the session."""
 
-    def _observe(script: str, *args: str, options: tuple[str, ...] = ()) -> Observed:
-        key = (script, args, options)
+    def _observe(script: str, *args: str, options: tuple[str, ...] = (), quiet: bool = True) -> Observed:
+        key = (script, args, options, quiet)
         if key not in _cache:
             run_dir = tmp_path_factory.mktemp("run") / "trace"
-            proc = run_cli("run", "--quiet", "--run-dir", run_dir, *options, ASSETS / script, *args)
+            proc = run_cli("run", *(["--quiet"] if quiet else []), "--run-dir", run_dir, *options, ASSETS / script,
+                           *args)
             _cache[key] = Observed(proc, run_dir)
         return _cache[key]
 
     return _observe
+
+
+def run_patched(patch: str, *args: str, timeout: float = 180, **env: str) -> subprocess.CompletedProcess:
+    """`neuraldbg ARGS` in a subprocess after running `patch` (Python code that monkeypatches neuraldbg_cli,
+    e.g. to inject a fault); `boom` (raises RuntimeError) is predefined for it."""
+    code = "\n".join(["import sys", "def boom(*a, **k):", "    raise RuntimeError('injected fault')", patch,
+                       "from neuraldbg_cli.cli import main", "sys.argv = ['neuraldbg', *sys.argv[1:]]", "main()"])
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+                          env=cli_env(**env), timeout=timeout)
+
+
+_patched_cache: dict[tuple, Observed] = {}
+
+
+@pytest.fixture(scope="session")
+def patched(tmp_path_factory):
+    """patched(PATCH, 'script.py', *args, options=()) -> Observed: `run` with PATCH applied, cached per session."""
+
+    def _patched(patch: str, script: str, *args: str, options: tuple[str, ...] = ()) -> Observed:
+        key = (patch, script, args, options)
+        if key not in _patched_cache:
+            run_dir = tmp_path_factory.mktemp("run") / "trace"
+            proc = run_patched(patch, "run", "--quiet", "--run-dir", run_dir, *options, ASSETS / script, *args)
+            _patched_cache[key] = Observed(proc, run_dir)
+        return _patched_cache[key]
+
+    return _patched
 
 
 @pytest.fixture(autouse=True)
@@ -82,3 +110,64 @@ def _no_global_hooks_left():
 
         assert not m._global_forward_hooks and not m._global_forward_pre_hooks
         assert not o._global_optimizer_pre_hooks and not o._global_optimizer_post_hooks
+
+
+COUNT_ROOT_CALLS = """
+import atexit, collections
+from neuraldbg_cli import probes
+calls = collections.Counter()
+_enter_root = probes.Probe._enter_root
+def _counting(self, module, args):
+    calls[type(module).__name__] += 1
+    return _enter_root(self, module, args)
+probes.Probe._enter_root = _counting
+atexit.register(lambda: print("ROOT_CALLS", dict(calls), file=sys.stderr))
+"""
+
+
+@pytest.fixture(scope="session")
+def compiled(tmp_path_factory):
+    """zoo_compile.py without and with neuraldbg (warnings shown, outermost-module hook calls counted):
+    (plain process, Observed)."""
+    plain = run_python(ASSETS / "zoo_compile.py")
+    run_dir = tmp_path_factory.mktemp("run") / "trace"
+    proc = run_patched(COUNT_ROOT_CALLS, "run", "--quiet", "--run-dir", run_dir, ASSETS / "zoo_compile.py",
+                       PYTHONWARNINGS="default")
+    return plain, Observed(proc, run_dir)
+
+
+# Faults injected into neuraldbg (see run_patched): name -> (patch, the parts reported as internal errors)
+FAULTS = {
+    "forward+events_writer": ("""
+from neuraldbg_cli import probes, trace
+probes._full = probes._cheap = boom
+def half_a_line_then_disk_full(self, ev):
+    trace._write_all(self._events, b'{"schema": "neuraldbg.event/1", "type": "cut')
+    raise OSError(28, 'No space left on device')
+trace.RunWriter.event = half_a_line_then_disk_full
+""", ["forward", "events.jsonl"]),
+    "grads+stats_writer": ("""
+from neuraldbg_cli import probes, trace
+probes.Probe._grad_norms = boom
+def disk_full(*a, **k):
+    raise OSError(28, 'No space left on device')
+trace.RunWriter.stats = disk_full
+""", ["grads", "stats.jsonl"]),
+    "monitor+model_description": ("""
+from neuraldbg_cli import monitor, probes
+monitor.Monitor.observe = boom
+probes.Probe.models = boom
+""", ["monitor", "model description"]),
+    "transfer": ("""
+from neuraldbg_cli import probes
+probes._host_values = boom
+""", ["transfer"]),
+    "install": ("""
+from neuraldbg_cli import probes
+_install = probes.Probe.install
+def install(self):
+    _install(self)
+    boom()
+probes.Probe.install = install
+""", ["probe installation"]),
+}

@@ -22,7 +22,7 @@ class FineTuneNet(nn.Module):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--lr", type=float, default=3e-2)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args()
