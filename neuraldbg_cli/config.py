@@ -24,7 +24,8 @@ class Thresholds(BaseModel):
                                 "largest layer's in the same model is vanishing: healthy nets stay within ~1e-2")
     vanish_abs: float = Field(1e-10, description="gradient RMS this small is vanishing whatever the other layers do")
     explode_growth: float = Field(1e3, description="gradient RMS this many times its own early baseline is exploding")
-    explode_abs: float = Field(1e3, description="gradient RMS above this is exploding outright")
+    explode_abs: float = Field(1e2, description="gradient RMS above this is exploding outright (healthy "
+                               "layers sit around 1e-4..1e-1)")
     dead_frac: float = Field(0.7, description="fraction of units never active over a batch for a dead layer; "
                              "healthy sparse ReLU nets have 50-70% zeros but few units dead on a whole batch")
     saturated_frac: float = Field(0.6, description="fraction of a bounded activation's outputs pinned at its "

@@ -117,6 +117,11 @@ class Machine:
             self.state, self.cand = self.cand, None
             return [early, *self.observe(state, step, metrics)]
         if state != self.cand:
+            if self.cand is not None and self.count >= min(2, self.need) and state not in HEALTHY:
+                # held twice, then something worse took over (exploding -> dead): it happened, say so
+                early = (self.state, self.cand, self.cand_step, self.cand_metrics)
+                self.state, self.cand, self.count = self.cand, None, 0
+                return [early, *self.observe(state, step, metrics)]
             self.cand, self.cand_step, self.cand_metrics, self.count = state, step, metrics, 0
         self.count += 1
         if self.count >= (1 if state == NON_FINITE else self.need):

@@ -328,18 +328,18 @@ RULES: tuple[Rule, ...] = (vanishing_gradient, exploding_gradient, dead_activati
 CAUSES: dict[Kind, tuple[Kind, ...]] = {
     Kind.data_anomaly: (Kind.non_finite, Kind.exploding_gradient, Kind.saturated_activation, Kind.loss_divergence,
                         Kind.unstable_loss, Kind.dead_activation, Kind.loss_plateau, Kind.vanishing_gradient),
-    Kind.exploding_gradient: (Kind.non_finite, Kind.loss_divergence, Kind.unstable_loss),
+    Kind.exploding_gradient: (Kind.non_finite, Kind.loss_divergence, Kind.unstable_loss, Kind.dead_activation,
+                              Kind.no_gradient),
     Kind.saturated_activation: (Kind.vanishing_gradient, Kind.loss_plateau),
     Kind.dead_activation: (Kind.no_gradient, Kind.vanishing_gradient, Kind.loss_plateau),
     Kind.vanishing_gradient: (Kind.loss_plateau, Kind.unchanged_weights),
     Kind.unchanged_weights: (Kind.loss_plateau,),
     Kind.no_gradient: (Kind.loss_plateau, Kind.unchanged_weights),
     Kind.loss_divergence: (Kind.non_finite,),
-    Kind.unstable_loss: (Kind.saturated_activation, Kind.dead_activation),
+    Kind.unstable_loss: (Kind.saturated_activation,),
 }
 # consequences that can only follow from training itself: not if present from the first step
-AFTER_START: set[tuple[Kind, Kind]] = {(Kind.unstable_loss, Kind.saturated_activation),
-                                       (Kind.unstable_loss, Kind.dead_activation)}
+AFTER_START: set[tuple[Kind, Kind]] = {(Kind.unstable_loss, Kind.saturated_activation)}
 
 
 def _check_rules() -> None:

@@ -62,7 +62,8 @@ def judge(result: dict, label: dict) -> dict:
         out.update(crash=result["crash"], strong=[])
         return out
     strong = [h for h in result["report"]["hypotheses"] if h["confidence"] >= THRESHOLD]
-    out["strong"] = [(h["kind"], h["confidence"], h["origin"]["module"], h["origin"]["step"]) for h in strong]
+    out["strong"] = [(h["kind"], h["confidence"], h["origin"]["module"], h["origin"]["step"], h.get("caused_by"))
+                     for h in strong]
     if out["healthy"]:
         out["false_alarm"] = bool(strong)
         return out
@@ -78,15 +79,24 @@ def judge(result: dict, label: dict) -> dict:
     return out
 
 
+def is_right(row: dict, kind: str, cause: str | None, labels: dict) -> bool:
+    """A hypothesis is right when its kind is an accepted kind, or when it is reported as a consequence
+    (`caused_by`) of an accepted kind: "NaN, caused by the exploding gradients" is a true statement."""
+    if row["healthy"]:
+        return False
+    kinds = labels[row["name"]]["kinds"]
+    return kind in kinds or (cause is not None and cause in kinds)
+
+
 def calibration(rows: list[dict], labels: dict) -> list[tuple[str, int, int]]:
     table = []
     for lo, hi in BINS:
         n = right = 0
         for r in rows:
-            for kind, conf, _, _ in r.get("strong", []):
+            for kind, conf, _, _, cause in r.get("strong", []):
                 if lo <= conf < hi:
                     n += 1
-                    right += (not r["healthy"]) and kind in labels[r["name"]]["kinds"]
+                    right += is_right(r, kind, cause, labels)
         table.append((f"[{lo:.1f}, {min(hi, 1.0):.1f}{']' if hi > 1 else ')'}", n, right))
     return table
 
@@ -124,13 +134,13 @@ def main() -> int:
     healthy = [r for r in rows if r["healthy"]]
     detected = [r for r in buggy if r.get("detect3")]
     pct = lambda a, b: f"{100.0 * a / b:.0f}%" if b else "n/a"  # noqa: E731
-    print("\ncalibration (hypotheses with confidence >= 0.5, over all scenarios):")
+    print("\ncalibration (all hypotheses with confidence >= 0.5; right = accepted kind, or a consequence of one):")
     print(f"  {'confidence':12} {'n':>4} {'right':>6} {'precision':>9}")
     for rng, n, right in calibration(rows, labels):
         print(f"  {rng:12} {n:>4} {right:>6} {pct(right, n):>9}")
-    hi = [(k, c) for r in rows for k, c, _, _ in r.get("strong", []) if c >= 0.8]
-    hi_right = sum(1 for r in rows for k, c, _, _ in r.get("strong", [])
-                   if c >= 0.8 and not r["healthy"] and k in labels[r["name"]]["kinds"])
+    hi = [(k, c) for r in rows for k, c, *_ in r.get("strong", []) if c >= 0.8]
+    hi_right = sum(1 for r in rows for k, c, _, _, cause in r.get("strong", [])
+                   if c >= 0.8 and is_right(r, k, cause, labels))
     summary = (f"scenarios {len(rows)} ({len(buggy)} buggy, {len(healthy)} healthy) | "
                f"detect@1 {pct(sum(r.get('detect1', False) for r in buggy), len(buggy))} | "
                f"detect@3 {pct(len(detected), len(buggy))} | "

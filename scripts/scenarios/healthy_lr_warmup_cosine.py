@@ -1,4 +1,4 @@
-"""Control: MLP regression with linear LR warm-up then cosine decay (LambdaLR)."""
+"""Control: MLP classifier with linear LR warm-up then cosine decay (LambdaLR)."""
 import argparse
 import math
 
@@ -6,10 +6,10 @@ import torch
 import torch.nn as nn
 
 
-class Regressor(nn.Module):
-    def __init__(self, in_dim=8, hidden=64):
+class Classifier(nn.Module):
+    def __init__(self, in_dim=8, hidden=64, n_classes=4):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(in_dim, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(), nn.Linear(hidden, 1))
+        self.net = nn.Sequential(nn.Linear(in_dim, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(), nn.Linear(hidden, n_classes))
 
     def forward(self, x):
         return self.net(x)
@@ -20,13 +20,13 @@ def main():
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--warmup-steps", type=int, default=15)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=64)
     args = parser.parse_args()
 
     torch.manual_seed(0)
     x = torch.randn(2048, 8)
-    y = torch.sin(x[:, :1]) + 0.5 * x[:, 1:2] * x[:, 2:3]
-    model = Regressor()
+    y = (x @ torch.randn(8, 4)).argmax(dim=1)
+    model = Classifier()
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
 
     def lr_lambda(step):
@@ -36,7 +36,7 @@ def main():
         return 0.5 * (1.0 + math.cos(math.pi * progress))
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
-    criterion = nn.MSELoss()
+    criterion = nn.CrossEntropyLoss()
 
     for step in range(args.steps):
         idx = torch.randint(0, x.shape[0], (args.batch_size,))

@@ -1,5 +1,6 @@
-"""Bug: a model compiled in place with model.compile() compiles its own call, hooks included: with the
-hooks made inert under tracing it was invisible. It is now a root when compiled; its gradients are seen."""
+"""Guard for the torch.compile fix: a model compiled in place with model.compile() compiles its own call,
+hooks included, so once the hooks do nothing under tracing it was invisible (before, it was seen only
+because the hooks were traced into its graph). It is now a root when compiled; its gradients are seen."""
 import json
 
 
