@@ -315,7 +315,7 @@ def loss_divergence(ctx: Context) -> Optional[Hypothesis]:
 
 def unstable_loss(ctx: Context) -> Optional[Hypothesis]:
     tips = _lr_advice(ctx, 0.1) + ["add learning-rate warm-up or a decaying schedule", "use a larger batch"]
-    return _loss_rule(ctx, "oscillating", Kind.unstable_loss, 0.72, "The loss oscillates without converging", tips,
+    return _loss_rule(ctx, "oscillating", Kind.unstable_loss, 0.66, "The loss oscillates without converging", tips,
                       intermittent=True)
 
 

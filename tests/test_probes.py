@@ -1,0 +1,127 @@
+"""Probes in-process: naming, attribution, step counting, and that hooks leave nothing behind."""
+import torch
+import torch.nn as nn
+
+from neuraldbg_cli.events import ActStats
+from neuraldbg_cli.probes import Probe
+
+
+class Recorder:
+    def __init__(self, every=1):
+        self.records = []
+        self.probe = Probe(self.records.extend, lambda: None, every=every, warn=lambda m: None)
+
+    def __enter__(self):
+        self.probe.install()
+        return self
+
+    def __exit__(self, *exc):
+        self.probe.close()
+
+    def sites(self):
+        return {k for r in self.records for k in r.acts}
+
+
+def _train(model, x, y, steps=3, opt=None):
+    opt = opt or torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(steps):
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+
+def test_steps_count_optimizer_steps_and_losses_are_recorded():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    with Recorder() as rec:
+        _train(model, torch.randn(16, 4), torch.randn(16, 1), steps=5)
+    assert [r.step for r in rec.records] == [0, 1, 2, 3, 4]
+    assert all(r.loss is not None and r.loss > 0 for r in rec.records)
+    assert rec.probe.roots[0].name == "Sequential"
+
+
+def test_functional_activation_is_attributed_to_the_layer_before_it():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(4, 8), nn.Linear(8, 1)
+
+        def forward(self, x):
+            return self.fc2(torch.relu(self.fc1(x)))
+
+    with Recorder() as rec:
+        _train(Net(), torch.randn(16, 4), torch.randn(16, 1))
+    assert ("Net", "fc1", "activation") in rec.sites()
+    stats = next(r.acts[("Net", "fc1", "activation")] for r in rec.records)
+    assert isinstance(stats, ActStats) and stats.min >= 0
+
+
+def test_shared_activation_module_points_at_each_layer():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.act = nn.Linear(4, 8), nn.Linear(8, 8), nn.Sigmoid()
+
+        def forward(self, x):
+            return self.act(self.b(self.act(self.a(x))))
+
+    with Recorder() as rec:
+        _train(Net(), torch.randn(16, 4), torch.randn(16, 8))
+    assert {("Net", "a", "activation"), ("Net", "b", "activation")} <= rec.sites()
+
+
+def test_parts_called_alone_are_named_from_the_model_that_holds_them():
+    class GAN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.generator = nn.Sequential(nn.Linear(2, 4), nn.Tanh())
+            self.discriminator = nn.Sequential(nn.Linear(4, 1))
+
+    gan = GAN()
+    with Recorder() as rec:
+        opt = torch.optim.SGD(gan.parameters(), lr=0.1)
+        for _ in range(2):
+            opt.zero_grad()
+            gan.discriminator(gan.generator(torch.randn(8, 2))).mean().backward()
+            opt.step()
+    assert [r.name for r in rec.probe.roots] == ["GAN"]
+    names = {k[1] for r in rec.records for k in r.grads}
+    assert {"generator.0", "discriminator.0"} <= names
+
+
+def test_validation_under_no_grad_is_not_observed():
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    with Recorder() as rec:
+        with torch.no_grad():
+            model(torch.full((4, 4), float("nan")))
+        _train(model, torch.randn(16, 4), torch.randn(16, 1), steps=2)
+    for r in rec.records:
+        for s in r.acts.values():
+            assert (s.nonfinite == 0) if isinstance(s, ActStats) else s == s  # no NaN from validation
+
+
+def test_nan_made_by_a_container_is_seen_at_the_container():
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return torch.log(self.lin(x) * 0)  # -inf made by the block's own code, not by `lin`
+
+    model = nn.Sequential(Block(), nn.Linear(4, 1))
+    with Recorder() as rec:
+        _train(model, torch.randn(8, 4), torch.randn(8, 1), steps=1)
+    first = rec.records[0].acts
+    assert first[("Sequential", "0", "output")] != first[("Sequential", "0", "output")] or \
+        first[("Sequential", "0", "output")] in (float("inf"), float("-inf"))
+    lin = first[("Sequential", "0.lin", "output")]
+    assert isinstance(lin, ActStats) and lin.nonfinite == 0
+
+
+def test_no_hooks_or_patches_left_after_close():
+    original = torch.autograd.backward
+    init = torch.optim.Optimizer.__init__
+    with Recorder():
+        assert torch.autograd.backward is not original
+    assert torch.autograd.backward is original and torch.optim.Optimizer.__init__ is init
