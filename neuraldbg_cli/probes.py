@@ -533,8 +533,9 @@ class Probe:
             from outside: it becomes a root now (gradients, weights, updates and loss are still observed)."""
             original(module, *args, **kwargs)
             try:
-                if probe._mine() and id(module) not in probe._index and any(p.requires_grad for p in module.parameters()):
-                    probe._register(module)
+                trainable = any(p.requires_grad for p in module.parameters())
+                if probe._mine() and id(module) not in probe._index and trainable:
+                    probe._register(_find_owner(module) or module)  # the whole model when a part is compiled
             except Exception as e:  # noqa: BLE001
                 probe._fault("forward", e)
 

@@ -265,26 +265,29 @@ def _drop_mistyped(obj: dict[str, Any], fields: dict[str, type], where: str, war
     out = dict(obj)
     for key, typ in fields.items():
         value = out.get(key)
-        if key in out and (not isinstance(value, typ) or typ is int and (isinstance(value, bool) or abs(value) >= MAX_INT)):
-            del out[key]
-            _warn(warnings, f"{where}: {key!r} has the wrong type; ignored it")
+        if key not in out or isinstance(value, typ) and not (typ is int and (isinstance(value, bool)
+                                                                             or abs(value) >= MAX_INT)):
+            continue
+        del out[key]
+        _warn(warnings, f"{where}: {key!r} has the wrong type; ignored it")
     return out
 
 
 def _clean_models(doc: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
     models, optimizers = doc.get("models", []), doc.get("optimizers", [])
-    if not isinstance(models, list) or not isinstance(optimizers, list) or \
-            not all(isinstance(x, dict) for x in [*models, *optimizers]):
+    models = models if isinstance(models, list) else [None]
+    optimizers = optimizers if isinstance(optimizers, list) else [None]
+    if not all(isinstance(x, dict) for x in [*models, *optimizers]):
         _warn(warnings, "model.json is not shaped as neuraldbg writes it; ignored the parts that are not")
     out: dict[str, Any] = {"models": [], "optimizers": []}
-    for m in models if isinstance(models, list) else []:
+    for m in models:
         if isinstance(m, dict):
             m = _drop_mistyped(m, MODEL_FIELDS, "model.json", warnings)
             m["order"] = [n for n in m.get("order", []) if isinstance(n, str)]
             m["modules"] = {n: i for n, i in m.get("modules", {}).items() if isinstance(i, dict)
                             and isinstance(i.get("type", ""), str)}
             out["models"].append(m)
-    for o in optimizers if isinstance(optimizers, list) else []:
+    for o in optimizers:
         if isinstance(o, dict):
             o = _drop_mistyped(o, OPTIMIZER_FIELDS, "model.json", warnings)
             o["groups"] = [g for g in o.get("groups", []) if isinstance(g, dict)]
@@ -320,7 +323,7 @@ def read_stats(run_dir: Path, limit: int = 200_000) -> list[dict[str, Any]]:
     try:
         if not _is_file(path):
             return rows
-    except NeuraldbgError:
+    except NeuraldbgError:  # plots are left out; explain works without them
         return rows
     for _, line, _ in iter_lines(path):
         if line is None or not line.strip():

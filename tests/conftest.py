@@ -138,14 +138,14 @@ def compiled(tmp_path_factory):
 
 # Faults injected into neuraldbg (see run_patched): name -> (patch, the parts reported as internal errors)
 FAULTS = {
-    "forward+events_writer": ("""
+    "forward+transfer+events_writer": ("""
 from neuraldbg_cli import probes, trace
-probes._full = probes._cheap = boom
+probes._full = probes._cheap = probes._host_values = boom
 def half_a_line_then_disk_full(self, ev):
     trace._write_all(self._events, b'{"schema": "neuraldbg.event/1", "type": "cut')
     raise OSError(28, 'No space left on device')
 trace.RunWriter.event = half_a_line_then_disk_full
-""", ["forward", "events.jsonl"]),
+""", ["forward", "transfer", "events.jsonl"]),
     "grads+stats_writer": ("""
 from neuraldbg_cli import probes, trace
 probes.Probe._grad_norms = boom
@@ -158,10 +158,6 @@ from neuraldbg_cli import monitor, probes
 monitor.Monitor.observe = boom
 probes.Probe.models = boom
 """, ["monitor", "model description"]),
-    "transfer": ("""
-from neuraldbg_cli import probes
-probes._host_values = boom
-""", ["transfer"]),
     "install": ("""
 from neuraldbg_cli import probes
 _install = probes.Probe.install

@@ -29,7 +29,7 @@ def test_fault_is_contained(observe, patched, fault):
 
 
 def test_cut_line_left_by_a_full_disk_is_read_as_cut_short(patched):
-    obs = patched(FAULTS["forward+events_writer"][0], *HEALTHY, options=OPTIONS)
+    obs = patched(FAULTS["forward+transfer+events_writer"][0], *HEALTHY, options=OPTIONS)
     doc = json.loads(run_cli("explain", obs.run_dir, "--format", "json").stdout)
     assert any("cut short" in w for w in doc["warnings"]), doc["warnings"]
     assert not any("not valid JSON" in w for w in doc["warnings"])  # nothing appended after the cut line
@@ -39,6 +39,8 @@ def test_script_exit_status_survives_a_fault(patched):
     obs = patched(FAULTS["grads+stats_writer"][0], "zoo_crash.py", "exit")  # trains 30 steps, then sys.exit(7)
     assert obs.proc.returncode == 7, obs.proc.stderr
     assert obs.proc.stderr.count("internal error") == 2, obs.proc.stderr
+    doc = json.loads(run_cli("explain", obs.run_dir, "--format", "json").stdout)
+    assert any("failed, exit status 7" in w for w in doc["warnings"]), doc["warnings"]
 
 
 @pytest.mark.parametrize("where", ["below_a_file", "is_a_file"])

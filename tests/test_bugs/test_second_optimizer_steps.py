@@ -11,4 +11,4 @@ def test_fine_tuning_with_a_new_optimizer_is_observed(observe):
     rows = (obs.run_dir / "stats.jsonl").read_text().splitlines()
     assert len(rows) >= 58 and obs.report["steps_observed"] >= 58
     assert obs.report["status"] == "healthy", obs.report["hypotheses"]
-    assert json.loads((obs.run_dir / "model.json").read_text())["optimizers"][1]["type"] == "Adam"
+    assert {o["type"] for o in json.loads((obs.run_dir / "model.json").read_text())["optimizers"]} == {"SGD", "Adam"}
