@@ -136,6 +136,7 @@ class StepRecord:
     acts: dict[tuple[str, str, str], Any] = field(default_factory=dict)  # (root, module, site) -> stats
     grads: dict[tuple[str, str], GradStats] = field(default_factory=dict)  # (root, module) -> stats
     scale: Optional[float] = None  # GradScaler scale, if any
+    active: Optional[set[str]] = None  # roots whose forward ran this step (None: unknown, judge all)
 
 
 @dataclass

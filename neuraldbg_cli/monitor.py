@@ -168,6 +168,7 @@ class Monitor:
         self.recent_losses: deque[float] = deque(maxlen=2 * thresholds.loss_window)
         self.best_loss = math.inf
         self.best_step = 0
+        self.prev_active: set[str] = set()
         self.losses_seen = 0
         self.last_loss: Optional[float] = None
         self.steps_seen = 0
@@ -201,6 +202,10 @@ class Monitor:
     def observe(self, rec: StepRecord) -> None:
         self.steps_seen += 1
         self.last_step = rec.step
+        if rec.active:
+            if self.prev_active and rec.active.isdisjoint(self.prev_active):
+                self._reset_loss()  # another model took over: its loss curve starts afresh
+            self.prev_active = set(rec.active)
         self._observe_data(rec)
         self._observe_acts(rec)
         self._observe_grads(rec)
@@ -252,6 +257,8 @@ class Monitor:
 
     def _observe_grads(self, rec: StepRecord) -> None:
         for root, model in self.models.items():
+            if rec.active is not None and root not in rec.active:
+                continue  # a model not used this step (trained earlier, or not yet): its .grad is stale
             rms: dict[str, Optional[float]] = {}
             for name, info in model.modules.items():
                 if info.params == 0:
@@ -292,6 +299,8 @@ class Monitor:
         samples for a module that gets gradients but is stepped by no optimizer. Layers whose gradient
         vanished are left to the gradient classifier."""
         for (root, name), gs in rec.grads.items():
+            if rec.active is not None and root not in rec.active:
+                continue
             key = ("weights", root, name)
             prev = self.last_weights.get(key)
             if gs.weight_norm is not None:
@@ -314,6 +323,13 @@ class Monitor:
                        "in_optimizer": float(bool(info and info.in_optimizer))}
             self._feed(key, UpdateState.updating.value, state, rec.step, metrics,
                        EventType.parameter_update.value, "weights", root, name)
+
+    def _reset_loss(self) -> None:
+        self.first_losses, self.best_loss, self.best_step, self.losses_seen = [], math.inf, 0, 0
+        self.recent_losses.clear()
+        machine = self.machines.get(("loss",))
+        if machine is not None:
+            machine.state, machine.cand, machine.count = LossState.normal.value, None, 0
 
     def _observe_loss(self, step: int, loss: float) -> None:
         key = ("loss",)

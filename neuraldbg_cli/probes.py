@@ -216,7 +216,7 @@ class _Root:
 class _Buffer:
     """Device tensors of one step plus the host-side layout that tells what each value is."""
 
-    __slots__ = ("step", "sampled", "parts", "layout", "losses", "seen", "covered", "scale", "scaled")
+    __slots__ = ("step", "sampled", "parts", "layout", "losses", "seen", "covered", "scale", "scaled", "active")
 
     def __init__(self, step: int, sampled: bool) -> None:
         self.step, self.sampled = step, sampled
@@ -225,6 +225,7 @@ class _Buffer:
         self.losses: list[torch.Tensor] = []
         self.seen: set[tuple] = set()
         self.covered: set[int] = set()  # params whose gradient was read at an optimizer's pre-step
+        self.active: set[str] = set()  # roots whose forward ran in this step
         self.scale: Optional[float] = None
         self.scaled = False  # a GradScaler-scaled backward happened in this step
 
@@ -346,6 +347,7 @@ class Probe:
             root = hit[0]
         self._close_backward_step()
         self._cur = root
+        self._buf.active.add(root.name)
         self._prev = (None, None)
         if hit is None or hit[1] == "":  # the root model itself, not one of its parts called alone
             x = _first_float(args)
@@ -712,7 +714,7 @@ class Probe:
         # without gradient observation, a sampled step would read as "no gradient anywhere"
         full = "grads" not in self._off
         for buf in pending:
-            rec = StepRecord(step=buf.step, sampled=buf.sampled and full)
+            rec = StepRecord(step=buf.step, sampled=buf.sampled and full, active=buf.active)
             for what, key, length, extra in buf.layout:
                 chunk = values[i:i + length]
                 i += length
