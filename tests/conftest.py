@@ -11,6 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = Path(__file__).resolve().parent / "assets"
+DEMO_HEALTHY = str(ROOT / "scripts" / "demo_healthy.py")  # the README's healthy demo doubles as a control
 
 
 def cli_env(**extra: str) -> dict[str, str]:

@@ -1,9 +1,9 @@
 """Healthy training must stay silent: no hypothesis at confidence >= 0.5, status healthy, exit 0."""
 import pytest
 
-from conftest import ASSETS, run_cli
+from conftest import ASSETS, DEMO_HEALTHY, run_cli
 
-HEALTHY = ["healthy_mlp.py", "healthy_cnn_bn.py", "awkward.py"]
+HEALTHY = [DEMO_HEALTHY, "healthy_cnn_bn.py", "awkward.py"]
 
 
 @pytest.mark.parametrize("script", HEALTHY)

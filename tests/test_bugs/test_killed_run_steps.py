@@ -4,12 +4,12 @@ complete row of stats.jsonl (its tail only)."""
 import json
 import shutil
 
-from conftest import run_cli
+from conftest import DEMO_HEALTHY, run_cli
 
 
 def test_steps_of_a_killed_run(observe, tmp_path):
     run_dir = tmp_path / "r"
-    shutil.copytree(observe("healthy_mlp.py", options=("--fail-on", "any")).run_dir, run_dir)
+    shutil.copytree(observe(DEMO_HEALTHY, options=("--fail-on", "any")).run_dir, run_dir)
     meta = json.loads((run_dir / "meta.json").read_text())
     for key in ("end", "exit_status", "steps_observed", "wall_s", "faults"):
         meta.pop(key, None)
