@@ -352,7 +352,8 @@ class Monitor:
         state = classify_loss(self.first_losses, list(self.recent_losses), self.best_loss, self.th)
         metrics = {"loss": loss, "start": min(self.first_losses[0], statistics.median(self.first_losses)),
                    "best": self.best_loss,
-                   "recent": statistics.median(list(self.recent_losses)[-w:])}
+                   "recent": statistics.median(list(self.recent_losses)[-w:]),
+                   "low": min(self.recent_losses), "high": max(self.recent_losses)}
         # judged over a window: the state began before it was recognised
         onset = {LossState.diverging.value: self.best_step,
                  LossState.oscillating.value: step - len(self.recent_losses) + 1}.get(state, step)

@@ -107,7 +107,10 @@ def _lr_advice(ctx: Context, factor: float) -> list[str]:
     opt, lr = hint
     if lr == 0:
         return [f"{opt} has lr=0: nothing can change; set a real learning rate (e.g. 1e-3 for Adam, 1e-2 for SGD)"]
-    return [f"lr={lr:g} with {opt}: try {lr * factor:g}"]
+    usual = 1e-3 if opt.lower().startswith(("adam", "nadam", "radam", "rmsprop", "adagrad")) else 1e-2
+    # move toward the usual value for this optimizer when it is that far off, else by `factor`
+    target = usual if (factor < 1 and lr > 10 * usual) or (factor > 1 and lr * 10 < usual) else lr * factor
+    return [f"lr={lr:g} with {opt}: try {target:g}"]
 
 
 def _names(events: list[SemanticEvent]) -> list[str]:
@@ -291,8 +294,12 @@ def _loss_rule(ctx: Context, state: str, kind: Kind, base: float, phrase: str, t
     m = {k: v for k, v in first.metrics.items() if v is not None}
     still = _still(ctx, evs, state)
     conf = base * (0.65 + 0.35 * (max(still, 0.8) if intermittent else still))  # oscillation comes and goes
-    summary = (f"{phrase} from step {first.step}: loss {m.get('recent', m.get('loss', 0)):.4g} now vs "
-               f"{m.get('start', 0):.4g} at the start (best {m.get('best', 0):.4g}).")
+    if intermittent and "low" in m and "high" in m:
+        summary = (f"{phrase} from step {first.step}: it swings between {m['low']:.4g} and {m['high']:.4g} "
+                   f"step to step (started at {m.get('start', 0):.4g}).")
+    else:
+        summary = (f"{phrase} from step {first.step}: loss {m.get('recent', m.get('loss', 0)):.4g} now vs "
+                   f"{m.get('start', 0):.4g} at the start (best {m.get('best', 0):.4g}).")
     return _hyp(kind, conf, None, first.step, summary, evs, tips)
 
 
