@@ -28,6 +28,8 @@ class Thresholds(BaseModel):
                                "layers sit around 1e-4..1e-1)")
     dead_frac: float = Field(0.7, description="fraction of units never active over a batch for a dead layer; "
                              "healthy sparse ReLU nets have 50-70% zeros but few units dead on a whole batch")
+    dead_output_frac: float = Field(0.3, description="the same for the model's last layer (e.g. a ReLU on the "
+                                    "logits): an output unit that never fires is a class that can never win")
     saturated_frac: float = Field(0.6, description="fraction of a bounded activation's outputs pinned at its "
                                   "rails (sigmoid <.02 or >.98, tanh |x|>.96) for a saturated layer")
     anomalous_growth: float = Field(1e2, description="activation std this many times its early baseline")

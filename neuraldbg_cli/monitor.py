@@ -41,11 +41,12 @@ def classify_gradient(rms: Optional[float], ref_max: float, ref_median: float, b
     return GradState.healthy.value
 
 
-def classify_activation(s: ActStats, baseline_std: Optional[float], th: Thresholds) -> str:
+def classify_activation(s: ActStats, baseline_std: Optional[float], th: Thresholds, output_layer: bool = False) -> str:
+    """output_layer: the model's last layer, whose units are its outputs (logits): a dead one can never fire."""
     if s.nonfinite > 0 or not math.isfinite(s.mean):
         return ActState.non_finite.value
     relu_like = s.min >= 0 and s.zero_frac >= 0.05  # exact zeros: a ReLU's output, not a sigmoid's
-    if relu_like and s.dead_frac >= th.dead_frac:
+    if relu_like and s.dead_frac >= (th.dead_output_frac if output_layer else th.dead_frac):
         return ActState.dead.value
     sat = 0.0 if relu_like else s.sat01 if (s.min >= 0 and s.max <= 1) else s.sat11 if (s.min >= -1 and s.max <= 1) else 0.0
     if sat >= th.saturated_frac:
@@ -247,13 +248,20 @@ class Monitor:
                 continue
             base = self.act_base.setdefault(key, [])
             baseline = statistics.median(base) if len(base) >= 3 else None
-            state = classify_activation(s, baseline, self.th)
+            state = classify_activation(s, baseline, self.th, output_layer=module == self._output_layer(root))
             if state == ActState.normal.value and len(base) < 3 and s.std > 0:
                 base.append(s.std)
             metrics = {"mean": s.mean, "std": s.std, "min": s.min, "max": s.max, "zero_frac": s.zero_frac,
                        "dead_frac": s.dead_frac, "sat_frac": max(s.sat01, s.sat11) if s.max <= 1 else 0.0,
                        "nonfinite": s.nonfinite}
             self._feed(key, ActState.normal.value, state, rec.step, metrics, etype, site, root, module)
+
+    def _output_layer(self, root: str) -> Optional[str]:
+        model = self.models.get(root)
+        if model is None:
+            return None
+        layers = [n for n in model.order if n in model.modules and model.modules[n].params]
+        return layers[-1] if layers else None
 
     def _observe_grads(self, rec: StepRecord) -> None:
         for root, model in self.models.items():

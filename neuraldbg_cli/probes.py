@@ -147,7 +147,7 @@ def _full(x: torch.Tensor, flags: int) -> tuple[list[torch.Tensor], tuple[int, i
         x = x.float()
     n = x.numel()
     flat = x.reshape(-1)
-    t = torch.empty_like(flat)
+    t = _scratch(flat)
     s = flat.sum()
     if flags & EXACT:
         sq = torch.linalg.vector_norm(torch.sub(flat, s, alpha=1.0 / n, out=t))
@@ -167,6 +167,22 @@ def _full(x: torch.Tensor, flags: int) -> tuple[list[torch.Tensor], tuple[int, i
         out.append(torch.gt(torch.sub(flat, 0.5, out=t).abs_(), 0.48, out=t).sum())
         out.append(torch.gt(torch.abs(flat, out=t), 0.96, out=t).sum())
     return out, (n, units, bool(flags & EXACT))
+
+
+SCRATCH_KEEP = 1 << 24  # float32 elements of the scratch tensor kept for `_full` on CPU (64 MiB at most)
+_SCRATCH: list[torch.Tensor] = []
+
+
+def _scratch(flat: torch.Tensor) -> torch.Tensor:
+    """A float32 tensor the size of `flat` for `_full`'s comparisons. On CPU one is kept and reused: a new
+    one each time is fresh memory, page-faulted in on every sampled step (and returned to the system
+    between them). Elsewhere the caching allocator already reuses memory."""
+    n = flat.numel()
+    if not flat.is_cpu or n > SCRATCH_KEEP:
+        return torch.empty_like(flat)
+    if not _SCRATCH or _SCRATCH[0].numel() < n:
+        _SCRATCH[:] = [torch.empty(max(n, 1 << 16), dtype=torch.float32)]
+    return _SCRATCH[0][:n]
 
 
 _ONES: dict[torch.device, torch.Tensor] = {}
@@ -259,9 +275,10 @@ class Probe:
         self._opt_stepped = False
         self._backward_done = False
         self._before: dict[int, tuple[list, tuple, list]] = {}
-        self._opt_cache: dict[int, tuple] = {}  # id(opt) -> (param ids, params, owners, id set, len(_pinfo))
+        # per optimizer, dropped with it: (param ids, params, owners, id set, len(_pinfo)) and kept CPU buffers
+        self._opt_cache: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
         self._all: tuple[int, list, tuple, frozenset] = (-1, [], (), frozenset())  # every root's params
-        self._snaps: dict[int, list[torch.Tensor]] = {}  # id(opt) -> kept buffers for CPU weight snapshots
+        self._snaps: "weakref.WeakKeyDictionary[Any, list[torch.Tensor]]" = weakref.WeakKeyDictionary()
         self.step = 0
         self._buf = _Buffer(0, self.schedule(0))
         self._pending: list[_Buffer] = []
@@ -448,6 +465,34 @@ class Probe:
         self._models_dirty = True
         return root
 
+    def _rescan(self, root: _Root) -> None:
+        """Parameters unfrozen or added after the model was first seen (staged fine-tuning) join in;
+        a sampled step is often enough for that."""
+        module = root.ref()
+        if module is None:
+            return
+        for name, m in module.named_modules():
+            new = [p for p in m.parameters(recurse=False) if p.requires_grad and id(p) not in self._pinfo]
+            if not new:
+                continue
+            for p in new:
+                self._pinfo[id(p)] = (root.name, name)
+                root.params.append((name, p))
+            numel = sum(p.numel() for p in new)
+            root.n_params += numel
+            tname = type(m).__name__
+            matrix = any(p.dim() >= 2 for p in new) and tname not in ("Embedding", "EmbeddingBag")
+            info = root.modules.get(name)
+            if info is None:
+                root.modules[name] = ModuleInfo(name=name, type=tname, params=numel, weight_ndim2=matrix)
+            else:
+                info.params += numel
+                info.weight_ndim2 = info.weight_ndim2 or matrix
+            flags = root.observed.get(id(m), (name, 0, True))[1]
+            root.observed[id(m)] = (name, flags, True)
+            root.containers.pop(id(m), None)
+            self._models_dirty = True
+
     # ---- backward, loss, GradScaler ----
 
     def _wrap_backward(self, original: Callable) -> Callable:
@@ -561,19 +606,19 @@ class Probe:
             params, owners, ids = self._opt_params(opt)
             self._grad_norms(self._buf, params, owners, ids)
             if self._buf.sampled and params:  # exact update size: weights before vs after this step
-                self._before[id(opt)] = (params, owners, self._snapshot(id(opt), params))
+                self._before[id(opt)] = (params, owners, self._snapshot(opt, params))
         except Exception as e:  # noqa: BLE001
             self._fault("grads", e)
 
     def _opt_params(self, opt: Any) -> tuple[list, tuple, frozenset]:
         """This optimizer's observed parameters, their owners and ids; cached while its params are the same."""
         sig = tuple(map(id, itertools.chain.from_iterable(g["params"] for g in opt.param_groups)))
-        hit = self._opt_cache.get(id(opt))
+        hit = self._opt_cache.get(opt)
         if hit is None or hit[0] != sig or hit[4] != len(self._pinfo):
             params = [p for g in opt.param_groups for p in g["params"] if id(p) in self._pinfo]
             hit = (sig, params, tuple(self._pinfo[id(p)] for p in params), frozenset(map(id, params)),
                    len(self._pinfo))
-            self._opt_cache[id(opt)] = hit
+            self._opt_cache[opt] = hit
         return hit[1], hit[2], hit[3]
 
     def _all_params(self) -> tuple[list, tuple, frozenset]:
@@ -584,7 +629,7 @@ class Probe:
                          frozenset(map(id, params)))
         return self._all[1], self._all[2], self._all[3]
 
-    def _snapshot(self, key: int, params: list) -> list[torch.Tensor]:
+    def _snapshot(self, key: Any, params: list) -> list[torch.Tensor]:
         """The weights before an optimizer step. CPU weights are copied into buffers kept per optimizer (a
         fresh allocation that size page-faults on every sampled step: a few times the cost of the copy) up
         to SNAPSHOT_KEEP bytes; otherwise fresh copies (a GPU's caching allocator makes those cheap, and the
@@ -651,6 +696,12 @@ class Probe:
     def _finalize(self) -> None:
         """Close the current step: add gradient (and on sampled steps weight) statistics, queue it."""
         buf = self._buf
+        if buf.sampled and "rescan" not in self._off:
+            try:
+                for root in self.roots:
+                    self._rescan(root)
+            except Exception as e:  # noqa: BLE001
+                self._fault("rescan", e)
         if "grads" not in self._off:
             try:
                 self._grad_stats(buf)

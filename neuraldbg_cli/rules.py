@@ -175,7 +175,7 @@ def _activation_rule(ctx: Context, state: str, kind: Kind, base: float, tips: li
     origin = _origin_of(ctx, list(first.values()))
     chain = [e.module or "" for e in sorted(first.values(), key=lambda e: (e.step, ctx.order(e)))]
     conf = _spread_confidence(base, len(first), _still(ctx, evs, state))
-    where = " (after a functional activation)" if origin.site == "activation" else ""
+    where = " (its activation output)" if origin.site == "activation" else ""
     summary = f"{phrase} at {origin.module}{where} from step {origin.step}; {len(first)} layer(s) affected."
     return _hyp(kind, conf, origin, origin.step, summary, evs, tips, chain)
 

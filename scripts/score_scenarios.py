@@ -26,13 +26,13 @@ THRESHOLD = 0.5
 BINS = [(0.5, 0.6), (0.6, 0.7), (0.7, 0.8), (0.8, 0.9), (0.9, 1.01)]
 
 
-def run_one(name: str, workdir: Path, timeout: float) -> dict:
+def run_one(name: str, workdir: Path, timeout: float, folder: Path = SCENARIOS) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), PYTHONWARNINGS="ignore")
     run_dir = workdir / name.removesuffix(".py")
     t0 = time.perf_counter()
-    cmd = [sys.executable, "-m", "neuraldbg_cli", "run", "--quiet", "--run-dir", str(run_dir), str(SCENARIOS / name)]
+    cmd = [sys.executable, "-m", "neuraldbg_cli", "run", "--quiet", "--run-dir", str(run_dir), str(folder / name)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=SCENARIOS)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=folder)
     except subprocess.TimeoutExpired:
         return {"name": name, "crash": "timeout", "seconds": timeout}
     seconds = time.perf_counter() - t0
@@ -107,12 +107,15 @@ def main() -> int:
     ap.add_argument("-j", type=int, default=2, help="scenarios run in parallel")
     ap.add_argument("--timeout", type=float, default=180)
     ap.add_argument("--json", help="write per-scenario results here")
+    ap.add_argument("--dir", default=str(SCENARIOS), help="scenario folder with labels.json "
+                    "(e.g. scripts/scenarios_holdout, written without looking at the detector)")
     args = ap.parse_args()
-    labels = json.loads(Path(os.environ.get("NEURALDBG_LABELS", SCENARIOS / "labels.json")).read_text())
+    folder = Path(args.dir).resolve()
+    labels = json.loads((folder / "labels.json").read_text())
     names = sorted(n for n in labels if args.k in n)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ndbg-score-") as tmp, ThreadPoolExecutor(args.j) as pool:
-        results = list(pool.map(lambda n: run_one(n, Path(tmp), args.timeout), names))
+        results = list(pool.map(lambda n: run_one(n, Path(tmp), args.timeout, folder), names))
     rows = [judge(r, labels[r["name"]]) for r in results]
 
     print(f"{'scenario':52} {'expected':22} {'top (conf, origin, step)':44} verdict")
