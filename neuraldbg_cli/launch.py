@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.util
+import math
 import os
 import platform
 import runpy
@@ -117,6 +118,50 @@ def _stats_row(rec: StepRecord) -> dict[str, Any]:
     return row
 
 
+STATS_EVERY_STEP = 1000  # stats.jsonl holds every step's row for this many steps, then a thinned sample
+
+
+class StatsThinner:
+    """Keeps stats.jsonl bounded on long runs (events are never thinned: the monitor sees every step).
+    Every step's row for the first `full` steps; after that only sampled steps' rows, each at least
+    step/`density` steps after the previous one, so the file grows with log(steps): a million steps write
+    about full + density*ln(steps/full) rows (~1,700). A thinned row's "loss" is the mean of the finite
+    losses since the previous row and "loss_steps" how many steps that covers; a row is also written for
+    the last step seen, so plots reach the end of the run."""
+
+    def __init__(self, full: int = STATS_EVERY_STEP, density: int = 100) -> None:
+        self.full, self.density = full, density
+        self.next = full
+        self.total, self.finite, self.steps = 0.0, 0, 0
+        self.last: Optional[StepRecord] = None  # newest record after `full` not yet written
+
+    def rows(self, records: list[StepRecord]) -> list[dict[str, Any]]:
+        out = []
+        for rec in records:
+            if rec.step < self.full:
+                out.append(_stats_row(rec))
+                continue
+            self.steps += 1
+            if rec.loss is not None and math.isfinite(rec.loss):
+                self.total += rec.loss
+                self.finite += 1
+            self.last = rec
+            if rec.sampled and rec.step >= self.next:
+                out.append(self._take(rec))
+                self.next = rec.step + max(1, rec.step // self.density)
+        return out
+
+    def finish(self) -> list[dict[str, Any]]:
+        return [self._take(self.last)] if self.last is not None else []
+
+    def _take(self, rec: StepRecord) -> dict[str, Any]:
+        row = _stats_row(rec)
+        row["loss"] = self.total / self.finite if self.finite else rec.loss
+        row["loss_steps"] = self.steps
+        self.total, self.finite, self.steps, self.last = 0.0, 0, 0, None
+        return row
+
+
 class Session:
     """One observed run of a user script."""
 
@@ -126,6 +171,7 @@ class Session:
         stem = self.path.stem if self.path is not None else self.argv[0].rsplit(".", 1)[-1]
         self.run_dir = prepare_run_dir(settings, stem)
         self.writer = RunWriter(self.run_dir)
+        self.thinner = StatsThinner()
         self.console = Console(settings.quiet)
         self.monitor = Monitor(settings.thresholds, self._on_event)
         self.meta: dict[str, Any] = {}
@@ -153,7 +199,7 @@ class Session:
                 self._warn_once("monitor", e)
         if "stats.jsonl" not in self.off:
             try:
-                self.writer.stats([_stats_row(r) for r in records])
+                self.writer.stats(self.thinner.rows(records))
             except Exception as e:  # noqa: BLE001
                 self._warn_once("stats.jsonl", e)
 
@@ -227,6 +273,11 @@ class Session:
             self.probe.close()
         except Exception as e:  # noqa: BLE001
             self._warn_once("probe shutdown", e)
+        if "stats.jsonl" not in self.off:
+            try:
+                self.writer.stats(self.thinner.finish())
+            except Exception as e:  # noqa: BLE001
+                self._warn_once("stats.jsonl", e)
         try:
             self.monitor.finish()
         except Exception as e:  # noqa: BLE001

@@ -6,6 +6,7 @@ becomes a NeuraldbgError (one line, exit 2) or a warning when the rest is usable
 ever parsed as JSON, never evaluated or unpickled."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 import stat
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import orjson
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from neuraldbg_cli.errors import NeuraldbgError
 from neuraldbg_cli.events import META_SCHEMA, SUPPORTED_EVENT_SCHEMAS, SemanticEvent
@@ -160,54 +161,134 @@ def iter_lines(path: Path) -> Iterator[tuple[int, Optional[bytes], bool]]:
             yield n, line, line.endswith(b"\n")
 
 
+_EVENT_LIST = TypeAdapter(list[SemanticEvent])
+VALIDATE_CHUNK = 4096  # events validated per call; a chunk with a bad event is validated one by one
+
+
 def read_events(path: Path, warnings: list[str]) -> list[SemanticEvent]:
-    raw: list[tuple[int, dict]] = []
-    bad = 0
-    for n, line, complete in iter_lines(path):
-        if line is None:
-            bad += 1
-            _warn(warnings, f"line {n} of {path.name} is over {MAX_LINE} bytes; skipped")
-            continue
-        if not line.strip():
-            continue
+    """Every valid event of an events.jsonl, in order; bad lines are skipped with a warning. Fast path (see
+    BENCHMARKS.md): chunks of lines are parsed and validated by pydantic in one call, as one JSON array, and
+    the cyclic GC is paused meanwhile (it would rescan the new objects again and again); a chunk that holds
+    a bad line is read again line by line, which finds and reports it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _EventReader(path, warnings).read()
+    finally:
+        if enabled:
+            gc.enable()
+
+
+class _EventReader:
+    def __init__(self, path: Path, warnings: list[str]) -> None:
+        self.path, self.warnings = path, warnings
+        self.events: list[SemanticEvent] = []
+        self.bad = 0
+        self.taken = 0  # event lines accepted so far (MAX_EVENTS)
+
+    def read(self) -> list[SemanticEvent]:
+        nums: list[int] = []
+        lines: list[bytes] = []
+        for n, line, complete in iter_lines(self.path):
+            if line is not None and complete and self.taken + len(lines) < MAX_EVENTS:
+                nums.append(n)
+                lines.append(line)
+                if len(lines) == VALIDATE_CHUNK:
+                    self._chunk(nums, lines)
+                    nums, lines = [], []
+                continue
+            if lines:
+                self._chunk(nums, lines)
+                nums, lines = [], []
+            if not self._slow([n], [line], complete):
+                break
+        if lines:
+            self._chunk(nums, lines)
+        if self.bad > MAX_WARNINGS:
+            self.warnings.append(f"{self.bad} lines of {self.path.name} were skipped in all")
+        return self.events
+
+    def _chunk(self, nums: list[int], lines: list[bytes]) -> None:
+        """Whole lines: parsed (orjson, as the line-by-line path) and validated in one pydantic call, or
+        line by line when one of them is bad."""
+        loads = orjson.loads
         try:
-            obj = orjson.loads(line)
+            objs = [loads(line) for line in lines]
         except orjson.JSONDecodeError:
-            if not complete:
-                _warn(warnings, f"the last line of {path.name} is cut short (the run was interrupted); ignored it")
-            else:
-                bad += 1
-                _warn(warnings, f"line {n} of {path.name} is not valid JSON; skipped it")
-            continue
-        if not isinstance(obj, dict):
-            bad += 1
-            _warn(warnings, f"line {n} of {path.name} is not a JSON object; skipped it")
-            continue
-        schema = obj.get("schema")
-        if schema is not None and schema not in SUPPORTED_EVENT_SCHEMAS:
-            raise NeuraldbgError(f"neuraldbg: {path} uses event schema {str(schema)[:60]!r}, which this neuraldbg "
-                                 f"does not know (it reads {', '.join(sorted(SUPPORTED_EVENT_SCHEMAS))}); "
-                                 f"upgrade neuraldbg")
-        raw.append((n, obj))
-        if len(raw) >= MAX_EVENTS:
-            warnings.append(f"{path.name} holds more than {MAX_EVENTS} events; read the first {MAX_EVENTS}")
-            break
-    events = []
-    for n, obj in raw:
+            objs = None
+        if objs is None or not all(type(o) is dict for o in objs):
+            self._slow(nums, lines, True)
+            return
+        for schema in {o.get("schema") for o in objs} - SUPPORTED_EVENT_SCHEMAS - {None}:
+            _unknown_schema(self.path, schema)
         try:
-            ev = SemanticEvent.model_validate(obj)
-        except ValidationError as e:
-            bad += 1
-            _warn(warnings, f"line {n} of {path.name} is not a valid event ({e.errors()[0]['msg']}); skipped it")
-            continue
-        if not 0 <= ev.step < MAX_INT:
-            bad += 1
-            _warn(warnings, f"line {n} of {path.name} has step {str(ev.step)[:30]}, out of range; skipped it")
-            continue
-        events.append(ev)
-    if bad > MAX_WARNINGS:
-        warnings.append(f"{bad} lines of {path.name} were skipped in all")
-    return events
+            valid = _EVENT_LIST.validate_python(objs)
+        except ValidationError:
+            self._slow(nums, lines, True)
+            return
+        self.taken += len(valid)
+        self._keep(nums, valid)
+
+    def _slow(self, nums: list[int], lines: list[Optional[bytes]], complete: bool) -> bool:
+        """Line by line with a warning for each bad one; False when MAX_EVENTS is reached."""
+        path, warnings = self.path, self.warnings
+        raw_nums, raw = [], []
+        more = True
+        for n, line in zip(nums, lines):
+            if line is None:
+                self.bad += 1
+                _warn(warnings, f"line {n} of {path.name} is over {MAX_LINE} bytes; skipped")
+                continue
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                if not line.strip():
+                    continue
+                if not complete:
+                    _warn(warnings, f"the last line of {path.name} is cut short (the run was interrupted); ignored it")
+                else:
+                    self.bad += 1
+                    _warn(warnings, f"line {n} of {path.name} is not valid JSON; skipped it")
+                continue
+            if type(obj) is not dict:
+                self.bad += 1
+                _warn(warnings, f"line {n} of {path.name} is not a JSON object; skipped it")
+                continue
+            schema = obj.get("schema")
+            if schema is not None and schema not in SUPPORTED_EVENT_SCHEMAS:
+                _unknown_schema(path, schema)
+            if self.taken >= MAX_EVENTS:
+                warnings.append(f"{path.name} holds more than {MAX_EVENTS} events; read the first {MAX_EVENTS}")
+                more = False
+                break
+            self.taken += 1
+            raw_nums.append(n)
+            raw.append(obj)
+        valid: list[Optional[SemanticEvent]] = []
+        for n, obj in zip(raw_nums, raw):
+            try:
+                valid.append(SemanticEvent.model_validate(obj))
+            except ValidationError as e:
+                self.bad += 1
+                _warn(warnings, f"line {n} of {path.name} is not a valid event ({e.errors()[0]['msg']}); skipped it")
+                valid.append(None)
+        self._keep(raw_nums, valid)
+        return more
+
+    def _keep(self, nums: list[int], valid: list) -> None:
+        for n, ev in zip(nums, valid):
+            if ev is None:
+                continue
+            if not 0 <= ev.step < MAX_INT:
+                self.bad += 1
+                _warn(self.warnings, f"line {n} of {self.path.name} has step {str(ev.step)[:30]}, out of range; skipped it")
+                continue
+            self.events.append(ev)
+
+
+def _unknown_schema(path: Path, schema: Any) -> None:
+    raise NeuraldbgError(f"neuraldbg: {path} uses event schema {str(schema)[:60]!r}, which this neuraldbg "
+                         f"does not know (it reads {', '.join(sorted(SUPPORTED_EVENT_SCHEMAS))}); upgrade neuraldbg")
 
 
 def _warn(warnings: list[str], msg: str) -> None:

@@ -5,6 +5,9 @@ alternatives a user would pick instead (see scripts/bench_train.py for what each
     OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_overhead.py --quick         # 3 rounds of shorter runs
     .venv/bin/python scripts/bench_overhead.py --models mlp,gpt --modes plain,neuraldbg,every1
     .venv/bin/python scripts/bench_overhead.py --device cuda                     # on a GPU machine
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_overhead.py --inprocess     # same-process A/B, ~5 min
+    git show f2f9d74:neuraldbg_cli/probes.py > /tmp/probes_before.py             # ... against an older probes.py
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_overhead.py --inprocess --baseline-probes /tmp/probes_before.py
 
 Method: every configuration is a separate process running scripts/bench_train.py, which times its own
 steps (median over chunks of 10 consecutive steps, so neuraldbg's sampled steps are counted). neuraldbg
@@ -81,6 +84,79 @@ def fmt_ratio(values: list[float]) -> str:
     return f"{med:.3f}× ({min(values):.2f}–{max(values):.2f})"
 
 
+def inprocess(args: argparse.Namespace, models: list[str]) -> None:
+    """Same-process A/B: one model, chunks of 10 steps run plainly or with a Probe installed (wired to a
+    monitor and a run directory as `neuraldbg run` wires it), in rotated order; thread CPU time. Less
+    exposed to other load on the machine than separate processes. With --baseline-probes FILE (an older
+    probes.py), that version runs as a third configuration in the same process."""
+    import importlib.util
+    import torch
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    sys.path.insert(0, str(ROOT))
+    import bench_train as bt
+    from neuraldbg_cli.config import Settings
+    from neuraldbg_cli.launch import Session
+    from neuraldbg_cli.probes import Probe
+
+    classes = {"neuraldbg": Probe}
+    if args.baseline_probes:
+        spec = importlib.util.spec_from_file_location("baseline_probes", args.baseline_probes)
+        mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(mod)  # type: ignore[union-attr]
+        classes = {"baseline": mod.Probe, "neuraldbg": Probe}
+    names = ["plain", *classes]
+    print("\nSame-process A/B: step-time ratio vs plain, thread CPU time, median over rounds (range)\n")
+    print("| model | every | plain ms/step | " + " | ".join(n for n in names[1:]) + " |")
+    print("|" + "---|" * (len(names) + 2))
+    with tempfile.TemporaryDirectory(prefix="ndbg-inproc-") as tmp:
+        for model_name in models:
+            for every in (10, 1):
+                torch.manual_seed(0)
+                model, opt, batches, loss_fn = bt.setup(model_name, torch.device(args.device))
+                sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
+
+                def step(i: int) -> None:
+                    x, y = batches[i % len(batches)]
+                    opt.zero_grad(set_to_none=True)
+                    loss_fn(model(x), y).backward()
+                    opt.step()
+
+                probes = {}
+                for k, cls in classes.items():
+                    session = Session(Settings(run_dir=f"{tmp}/{model_name}-{every}-{k}", quiet=True, every=every),
+                                      [str(TRAIN)])
+                    probes[k] = session.probe = cls(session._on_steps, session._on_models, every=every)
+                i = 0
+                for p in probes.values():  # each one's 10 warm-up steps, and more
+                    p.install()
+                    for _ in range(20):
+                        step(i)
+                        i += 1
+                    p.hooks.remove()
+                times: dict[str, list[float]] = {n: [] for n in names}
+                for r in range(args.rounds * 3):
+                    for n in names[r % len(names):] + names[:r % len(names)]:
+                        p = probes.get(n)
+                        if p is not None:
+                            p.install()
+                        sync()
+                        t0 = time.thread_time() if args.device == "cpu" else time.perf_counter()
+                        for _ in range(10):
+                            step(i)
+                            i += 1
+                        sync()
+                        times[n].append(((time.thread_time() if args.device == "cpu" else time.perf_counter()) - t0) / 10)
+                        if p is not None:
+                            p.hooks.remove()
+                for p in probes.values():
+                    p.close()
+                plain = times["plain"]
+                cells = [fmt_ratio([a / b for a, b in zip(times[n], plain)]) for n in names[1:]]
+                print(f"| {model_name} | {every} | {statistics.median(plain) * 1e3:.1f} | " + " | ".join(cells) + " |",
+                      flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=",".join(MODELS))
@@ -92,10 +168,16 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--quick", action="store_true", help="3 rounds of 30 timed steps after 10 warm-up steps")
     ap.add_argument("--json", type=Path, help="write every raw result here")
+    ap.add_argument("--inprocess", action="store_true",
+                    help="instead: same-process A/B of plain vs neuraldbg's Probe (default and --every 1)")
+    ap.add_argument("--baseline-probes", type=Path, help="with --inprocess: also time this (older) probes.py")
     args = ap.parse_args()
     if args.quick:
         args.warmup, args.steps, args.rounds = 10, 30, 3
     models = [m for m in args.models.split(",") if m]
+    if args.inprocess:
+        inprocess(args, models)
+        return
     modes = [m for m in args.modes.split(",") if m]
     if "plain" not in modes:
         modes.insert(0, "plain")

@@ -23,6 +23,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -124,15 +125,15 @@ class GPT(nn.Module):
         return self.head(self.ln(x))
 
 
-def setup(name, device, tiny=False):
+def setup(name, device):
     """(model, optimizer, batches, loss function) for one benchmark model; data made once, on device."""
     g = torch.Generator().manual_seed(1)
     if name == "tiny":  # for the scale benchmark: as small as a model gets
         model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         batches = [(torch.randn(16, 8, generator=g), torch.randint(0, 2, (16,), generator=g)) for _ in range(8)]
-        return model, opt, batches, F.cross_entropy
-    if name == "mlp":
+        loss = F.cross_entropy
+    elif name == "mlp":
         model = MLP()
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         batches = [(torch.randn(64, 512, generator=g), torch.randint(0, 10, (64,), generator=g)) for _ in range(8)]
@@ -192,13 +193,18 @@ def watch_wandb(model, log_freq):
     except ImportError:
         return emulate_watch(model, log_freq), True
     os.environ.setdefault("WANDB_SILENT", "true")
-    run = wandb.init(project="neuraldbg-bench", mode="offline", dir=tempfile.mkdtemp(prefix="wandb-bench-"))
+    where = tempfile.mkdtemp(prefix="wandb-bench-")
+    run = wandb.init(project="neuraldbg-bench", mode="offline", dir=where)
     wandb.watch(model, log="all", log_freq=log_freq)
 
     def log(loss):
         wandb.log({"loss": loss.item()})
 
-    log.finish = run.finish
+    def finish():
+        run.finish()
+        shutil.rmtree(where, ignore_errors=True)
+
+    log.finish = finish
     return log, False
 
 
@@ -223,6 +229,16 @@ def emulate_watch(model, log_freq):
 
 # ---------------------------------------------------------------- the loop
 
+def current_rss_kb():
+    """Resident set size now (not the peak), in KiB; the peak where /proc is missing."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+    except (OSError, ValueError, IndexError):
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def params_sha(model):
     h = hashlib.sha256()
     for p in model.parameters():
@@ -239,7 +255,7 @@ def main():
     ap.add_argument("--chunk", type=int, default=10)
     ap.add_argument("--peer", default="none", choices=["none", "anomaly", "wandb", "naive"])
     ap.add_argument("--log-freq", type=int, default=10)
-    ap.add_argument("--rss-every", type=int, default=0, help="print max RSS every N steps (scale benchmark)")
+    ap.add_argument("--rss-every", type=int, default=0, help="record the current RSS every N steps (scale benchmark)")
     args = ap.parse_args()
 
     torch.manual_seed(0)
@@ -266,7 +282,6 @@ def main():
 
     model.train()
     rss = []
-    import resource
     for i in range(args.warmup):
         step(i)
     chunks, cpu_chunks = [], []
@@ -278,7 +293,7 @@ def main():
             step(i)
             i += 1
             if args.rss_every and i % args.rss_every == 0:
-                rss.append((i, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+                rss.append((i, current_rss_kb()))
         sync()
         chunks.append((time.perf_counter() - t0) / args.chunk * 1e3)
         cpu_chunks.append((time.process_time() - c0) / args.chunk * 1e3)

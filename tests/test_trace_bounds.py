@@ -1,0 +1,123 @@
+"""Long runs stay bounded on disk (stats.jsonl is thinned after its first STATS_EVERY_STEP steps), and the
+bulk event reader finds exactly what the line-by-line reader finds, with the same warnings."""
+import json
+import math
+
+import pytest
+
+from conftest import run_cli
+from neuraldbg_cli import trace
+from neuraldbg_cli.events import ActStats, GradStats, StepRecord
+from neuraldbg_cli.launch import STATS_EVERY_STEP, StatsThinner
+
+
+def _records(n: int, every: int = 10):
+    for step in range(n):
+        sampled = step < 10 or step % every == 0
+        rec = StepRecord(step=step, sampled=sampled, loss=1.0 + step % 7)
+        if sampled:
+            rec.acts[("M", "0", "output")] = ActStats(1, 0, 1, -1, 1, 0, 0, 0, 0, 0)
+            rec.grads[("M", "0")] = GradStats(norm=0.5, numel=4, weight_norm=2.0)
+        yield rec
+
+
+def test_stats_rows_grow_with_log_of_steps():
+    thinner, rows, n = StatsThinner(), [], 300_000
+    batch = []
+    for rec in _records(n):
+        batch.append(rec)
+        if len(batch) == 10:
+            rows += thinner.rows(batch)
+            batch = []
+    rows += thinner.rows(batch) + thinner.finish()
+    assert [r["step"] for r in rows[:STATS_EVERY_STEP]] == list(range(STATS_EVERY_STEP))
+    assert len(rows) <= STATS_EVERY_STEP + 100 * math.log(n / STATS_EVERY_STEP) + 2
+    assert rows[-1]["step"] == n - 1  # plots reach the end of the run
+    steps = [r["step"] for r in rows]
+    assert steps == sorted(set(steps))
+    thinned = rows[STATS_EVERY_STEP:-1]
+    assert all("grads" in r for r in thinned)  # thinned rows are sampled steps: gradients stay plottable
+    assert sum(r["loss_steps"] for r in rows[STATS_EVERY_STEP:]) == n - STATS_EVERY_STEP  # every loss counted once
+    # the loss of a thinned row is the mean over its window (losses cycle 1..7)
+    prev = rows[STATS_EVERY_STEP - 1]["step"]
+    for r in thinned[:20]:
+        window = [1.0 + s % 7 for s in range(prev + 1, r["step"] + 1)]
+        assert r["loss"] == pytest.approx(sum(window) / len(window))
+        prev = r["step"]
+
+
+def test_long_run_writes_bounded_files(tmp_path):
+    script = tmp_path / "long.py"
+    script.write_text(
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.05)\n"
+        "x, y = torch.randn(32, 4), torch.randn(32, 1)\n"
+        "for _ in range(4000):\n"
+        "    opt.zero_grad(); ((m(x) - y) ** 2).mean().backward(); opt.step()\n")
+    run_dir = tmp_path / "run"
+    r = run_cli("run", "--quiet", "--run-dir", run_dir, script)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in (run_dir / "stats.jsonl").read_text().splitlines()]
+    assert STATS_EVERY_STEP < len(rows) < STATS_EVERY_STEP + 200
+    assert rows[-1]["step"] == 3999
+    assert (run_dir / "events.jsonl").stat().st_size < 20_000  # events follow transitions, not steps
+    assert run_cli("report", run_dir, "-o", tmp_path / "r.html").returncode == 0
+    assert "polyline" in (tmp_path / "r.html").read_text()
+
+
+EVENT = {"schema": "neuraldbg.event/1", "type": "gradient_health_transition", "module": "layers.0", "root": "Net",
+         "from": "healthy", "to": "vanishing", "metrics": {"rms": 1e-9}, "site": "gradient"}
+
+
+def _mixed_file(path):
+    lines = []
+    for i in range(60):
+        lines.append(json.dumps({**EVENT, "step": i}))
+        if i == 7:
+            lines.append("{not json")
+        if i == 13:
+            lines.append("[1, 2]")
+        if i == 21:
+            lines.append(json.dumps({**EVENT, "step": "soon"}))  # not a valid event
+        if i == 30:
+            lines.append("")
+        if i == 34:
+            lines.append(json.dumps({**EVENT, "step": 1 << 63}))  # out of range
+        if i == 41:
+            lines.append(json.dumps({**EVENT, "step": 41}) + ", " + json.dumps({**EVENT, "step": 41}))  # two values
+        if i == 47:
+            lines.append('{"type": "x", "step": 1, "from": "a", "to": "b", "metrics": {"rms": NaN}}')
+    path.write_text("\n".join(lines) + "\n" + json.dumps({**EVENT, "step": 99})[:-5])  # cut-short last line
+
+
+@pytest.mark.parametrize("chunk", [1, 8, 4096])
+def test_bulk_reader_matches_line_by_line(tmp_path, monkeypatch, chunk):
+    path = tmp_path / "events.jsonl"
+    _mixed_file(path)
+    monkeypatch.setattr(trace, "VALIDATE_CHUNK", chunk)
+    warnings: list[str] = []
+    events = trace.read_events(path, warnings)
+    assert [e.step for e in events] == list(range(60))
+    expected = ["line 9 of events.jsonl is not valid JSON", "line 16 of events.jsonl is not a JSON object",
+                "line 25 of events.jsonl is not a valid event", "has step 9223372036854775808, out of range",
+                "line 48 of events.jsonl is not valid JSON", "line 55 of events.jsonl is not valid JSON",
+                "the last line of events.jsonl is cut short"]
+    for text in expected:
+        assert any(text in w for w in warnings), (text, warnings)
+    assert len(warnings) == len(expected), warnings
+
+
+def test_bulk_reader_cap(tmp_path, monkeypatch):
+    monkeypatch.setattr(trace, "MAX_EVENTS", 50)
+    monkeypatch.setattr(trace, "VALIDATE_CHUNK", 16)
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps({**EVENT, "step": i}) + "\n" for i in range(50)))
+    warnings: list[str] = []
+    assert len(trace.read_events(path, warnings)) == 50 and not warnings  # exactly the cap: nothing left out
+    with path.open("a") as f:
+        f.write(json.dumps({**EVENT, "step": 50}) + "\n")
+    warnings = []
+    assert len(trace.read_events(path, warnings)) == 50 and any("more than 50 events" in w for w in warnings)
+
