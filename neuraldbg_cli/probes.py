@@ -1,8 +1,10 @@
 """Torch side of neuraldbg: global hooks that observe every nn.Module, optimizer and backward pass.
 
-Design (why it is cheap): every statistic is a small tensor computed on the tensor's own device and kept
-in a per-step buffer; the buffers go to the host in one `torch.cat(...).tolist()` per sampled step (or
-every `every` steps), never one `.item()` per module. Unsampled steps only keep a 0-d sum per output
+Design (why it is cheap): every statistic is a 0-d tensor computed on the tensor's own device and kept
+in a per-step buffer; the buffers go to the host in one `torch.stack(...).tolist()` per sampled step (or
+every `every` steps), never one `.item()` per module. The work is memory-bound, so each statistic is one
+reduction and the sampled-step statistics read each tensor as few times as possible (see `_full` and
+BENCHMARKS.md). Unsampled steps only keep a 0-d sum per output
 (a NaN/Inf anywhere makes it non-finite, so a NaN is never missed); sampled steps keep full statistics.
 Forward passes with gradients disabled (validation, inference) are not observed.
 
@@ -269,6 +271,7 @@ class Probe:
         self._class_count: dict[str, int] = defaultdict(int)
         self._pinfo: dict[int, tuple[str, str]] = {}  # id(param) -> (root name, module name)
         self.optimizers: "weakref.WeakSet[torch.optim.Optimizer]" = weakref.WeakSet()
+        self._opt_desc: dict[int, dict[str, Any]] = {}  # id(optimizer) -> description, kept after it is gone
         self._pacer: Optional[int] = None  # id of the optimizer whose step ends a training step
         self._waiting: dict[int, int] = defaultdict(int)  # steps of other optimizers since the pacer's last
         self._opt_depth: dict[int, int] = defaultdict(int)
@@ -787,13 +790,13 @@ class Probe:
         return out
 
     def optimizer_info(self) -> list[dict[str, Any]]:
-        out = []
+        """Every optimizer the run used, also those already garbage-collected (a pre-training phase's)."""
         for opt in list(self.optimizers):
             groups = [{k: v for k, v in g.items() if k != "params" and isinstance(v, (int, float, bool, str))}
                       for g in opt.param_groups]
-            out.append({"type": type(opt).__name__, "groups": groups,
-                        "params": sum(p.numel() for g in opt.param_groups for p in g["params"])})
-        return out
+            self._opt_desc[id(opt)] = {"type": type(opt).__name__, "groups": groups,
+                                       "params": sum(p.numel() for g in opt.param_groups for p in g["params"])}
+        return list(self._opt_desc.values())
 
     def _optimized_param_ids(self) -> set[int]:
         return {id(p) for opt in list(self.optimizers) for g in opt.param_groups for p in g["params"]}
