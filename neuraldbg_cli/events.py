@@ -103,7 +103,9 @@ ACT_FIELDS = ("n", "mean", "std", "min", "max", "zero_frac", "dead_frac", "sat01
 @dataclass(slots=True)
 class ActStats:
     """Full statistics of one tensor on a sampled step. dead_frac: units never > 0 over the batch;
-    sat01/sat11: fraction near the rails of a [0,1] / [-1,1] activation."""
+    sat01/sat11: fraction near the rails of a [0,1] / [-1,1] activation (zero_frac and the sat fractions
+    are measured on activations only, on a sample of 64K elements; 0 elsewhere). nonfinite: the count of
+    NaN/Inf values for input data, elsewhere 1.0 for "at least one"."""
 
     n: float
     mean: float
@@ -121,8 +123,8 @@ class ActStats:
 class GradStats:
     norm: Optional[float]  # None: no parameter of the module had a .grad
     numel: int
-    weight_norm: Optional[float] = None  # sampled steps only
-    update_norm: Optional[float] = None  # ||w_after - w_before|| over this step's optimizer.step(), sampled steps
+    weight_norm: Optional[float] = None  # L2, sampled steps only
+    weight_l1: Optional[float] = None  # L1, sampled steps only: with the L2 norm, a fingerprint of the weights
 
 
 @dataclass

@@ -163,8 +163,9 @@ class Monitor:
         self.grad_base: dict[tuple, list[float]] = {}
         self.act_base: dict[tuple, list[float]] = {}
         self.data_base: dict[tuple, list[tuple[float, float]]] = {}
-        self.last_weights: dict[tuple, float] = {}
+        self.last_weights: dict[tuple, tuple] = {}  # (L2, L1) norms at the last sample
         self.got_grad: set[tuple] = set()
+        self.grad_since: dict[tuple, float] = {}  # largest gradient RMS since the last sample
         self.first_losses: list[float] = []
         self.recent_losses: deque[float] = deque(maxlen=2 * thresholds.loss_window)
         self.best_loss = math.inf
@@ -289,6 +290,7 @@ class Monitor:
         key = ("grad", root, name)
         if _finite(value) and value > 0:
             self.got_grad.add((root, name))
+            self.grad_since[(root, name)] = max(value, self.grad_since.get((root, name), 0.0))
         if value is None and not (info.in_optimizer or self.got_grad):
             return  # not meant to train: no optimizer holds it and nothing else gets gradients either
         base = self.grad_base.setdefault(key, [])
@@ -296,6 +298,9 @@ class Monitor:
         state = classify_gradient(value, ref_max, ref_median, baseline, info.weight_ndim2, depth, self.th)
         if state == GradState.healthy.value and len(base) < 3 and value:
             base.append(value)
+        machine = self.machines.get(key)
+        if machine is not None and machine.state == state and machine.cand is None:
+            return  # nothing changes (most module-steps): skip building the evidence
         metrics = {"rms": value, "ratio_to_max": (value / ref_max) if _finite(value) and ref_max else None,
                    "ratio_to_median": (value / ref_median) if _finite(value) and ref_median else None,
                    "baseline_rms": baseline}
@@ -303,31 +308,25 @@ class Monitor:
                    EventType.gradient_health_transition.value, "gradient", root, name)
 
     def _observe_weights(self, rec: StepRecord) -> None:
-        """Unchanged = an optimizer step moved nothing (exact delta 0), or weights bit-identical between
-        samples for a module that gets gradients but is stepped by no optimizer. Layers whose gradient
-        vanished are left to the gradient classifier."""
+        """Unchanged = a module that had a gradient at some step since the last sample, yet whose weights
+        are bit-identical to that sample's (the same L2 and L1 norms). Comparing samples, not one
+        optimizer step, also catches weights that something puts back after each step. Layers whose
+        gradient vanished are left to the gradient classifier."""
         for (root, name), gs in rec.grads.items():
-            if rec.active is not None and root not in rec.active:
+            if gs.weight_norm is None or (rec.active is not None and root not in rec.active):
                 continue
             key = ("weights", root, name)
             prev = self.last_weights.get(key)
-            if gs.weight_norm is not None:
-                self.last_weights[key] = gs.weight_norm
-            grad = self.machines.get(("grad", root, name))
-            if grad is not None and (grad.state != GradState.healthy.value or grad.cand is not None):
+            now = self.last_weights[key] = (gs.weight_norm, gs.weight_l1)
+            grad = self.grad_since.pop((root, name), None)
+            if prev is None or grad is None:
+                continue  # nothing to compare, or nothing pushed it since
+            machine = self.machines.get(("grad", root, name))
+            if machine is not None and (machine.state != GradState.healthy.value or machine.cand is not None):
                 continue  # a vanishing/absent gradient explains still weights better
             info = self.models[root].modules.get(name) if root in self.models else None
-            if gs.update_norm is not None:
-                if not gs.norm:
-                    continue  # no gradient: the no_gradient classifier's business
-                state = UpdateState.unchanged.value if gs.update_norm == 0 else UpdateState.updating.value
-            elif prev is not None and gs.weight_norm is not None and (root, name) in self.got_grad:
-                state = UpdateState.unchanged.value if gs.weight_norm == prev else UpdateState.updating.value
-            else:
-                continue
-            w = gs.weight_norm or 0.0
-            metrics = {"weight_norm": gs.weight_norm, "grad_norm": gs.norm, "update_norm": gs.update_norm,
-                       "update_ratio": (gs.update_norm / w) if gs.update_norm is not None and w else None,
+            state = UpdateState.unchanged.value if now == prev else UpdateState.updating.value
+            metrics = {"weight_norm": gs.weight_norm, "grad_rms": grad,
                        "in_optimizer": float(bool(info and info.in_optimizer))}
             self._feed(key, UpdateState.updating.value, state, rec.step, metrics,
                        EventType.parameter_update.value, "weights", root, name)

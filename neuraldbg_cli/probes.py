@@ -1,18 +1,16 @@
 """Torch side of neuraldbg: global hooks that observe every nn.Module, optimizer and backward pass.
 
-Design (why it is cheap): every statistic is a 0-d tensor computed on the tensor's own device and kept
-in a per-step buffer; the buffers go to the host in one `torch.stack(...).tolist()` per sampled step (or
-every `every` steps), never one `.item()` per module. The work is memory-bound, so each statistic is one
-reduction and the sampled-step statistics read each tensor as few times as possible (see `_full` and
-BENCHMARKS.md). Unsampled steps only keep a 0-d sum per output
-(a NaN/Inf anywhere makes it non-finite, so a NaN is never missed); sampled steps keep full statistics.
-Forward passes with gradients disabled (validation, inference) are not observed.
+Design (why it is cheap): every statistic is a 0-d tensor computed on the tensor's own device (see
+tensorstats) and kept in a per-step buffer; the buffers go to the host in one `torch.stack(...).tolist()`
+per sampled step (or every `every` steps), never one `.item()` per module. Unsampled steps keep a 0-d sum
+per output where a NaN could be made (a NaN/Inf anywhere makes it non-finite, so a NaN is never missed) and
+one fused gradient norm per parameter; sampled steps add activation, weight and data statistics. Forward
+passes with gradients disabled (validation, inference) are not observed.
 
-This is the only module that imports torch."""
+This module and tensorstats are the only ones that import torch."""
 from __future__ import annotations
 
 import itertools
-import math
 import os
 import sys
 import weakref
@@ -23,15 +21,9 @@ import torch
 from torch.nn.modules import module as _module
 from torch.optim import optimizer as _optimizer
 
+from neuraldbg_cli import tensorstats as ts
 from neuraldbg_cli.events import ActStats, GradStats, ModelInfo, ModuleInfo, StepRecord
-
-RELU_LIKE = {"ReLU", "ReLU6", "Threshold", "RReLU"}
-SATURATING = {"Sigmoid", "Tanh", "Hardtanh", "Softsign", "Hardsigmoid", "LogSigmoid", "Tanhshrink"}
-NO_RANGE_CHECK = {"Softmax", "Softmax2d", "LogSoftmax", "Softmin", "Dropout", "Dropout1d", "Dropout2d",
-                  "Identity", "Embedding", "EmbeddingBag"}
-
-DEAD, SAT, EXACT = 1, 2, 4  # which expensive statistics a site needs (EXACT: two-pass std, for input data)
-SNAPSHOT_KEEP = 256 << 20  # bytes of CPU weights whose pre-step copy is kept between sampled steps
+from neuraldbg_cli.tensorstats import CHEAP_ONLY, DEAD, EXACT, FINITE_PRESERVING, NORMS, RELU_LIKE, SAT, SAT_FLAGS
 
 # True while torch.compile traces: the hooks then do nothing, so the compiled graph holds no neuraldbg code
 _compiling: Callable[[], bool] = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
@@ -129,89 +121,7 @@ def _search_frames(module: torch.nn.Module, frame: Any) -> Optional[torch.nn.Mod
     return best
 
 
-def _cheap(x: torch.Tensor) -> torch.Tensor:
-    """One reduction (a 0-d tensor): non-finite iff some element is NaN/Inf (fp32 accumulation, no overflow
-    in practice). Half-precision tensors are summed in fp32, so their own range cannot overflow."""
-    x = x.detach()
-    return x.sum() if x.dtype is torch.float32 else x.sum(dtype=torch.float32)
-
-
-def _full(x: torch.Tensor, flags: int) -> tuple[list[torch.Tensor], tuple[int, int, bool]]:
-    """Raw sums behind mean, std, min, max, zero_frac, dead_frac, sat01, sat11 and nonfinite, as 0-d device
-    tensors; `_act_stats` finishes them on the host. This is memory-bound, so it is written to read the
-    tensor as few times as possible: one reduction per statistic, counts as 0/1 floats written into one
-    scratch tensor and summed (a bool result and its sum are several times slower on CPU), dead/sat only
-    where `flags` ask for them. The std is one pass (sum of squares, BLAS-accumulated: relative error about
-    1e-7*(mean/std)^2, under 1% while |mean| < 300*std) except for input data (EXACT: two-pass, centred),
-    where a large offset is common. Returns the values and (numel, units, centred) for the host."""
-    x = x.detach()
-    if x.dtype != torch.float32:
-        x = x.float()
-    n = x.numel()
-    flat = x.reshape(-1)
-    t = _scratch(flat)
-    s = flat.sum()
-    if flags & EXACT:
-        sq = torch.linalg.vector_norm(torch.sub(flat, s, alpha=1.0 / n, out=t))
-    else:
-        sq = torch.dot(flat, flat)
-    mn, mx = torch.aminmax(flat)
-    zeros = torch.eq(flat, 0, out=t).sum()
-    finite = torch.add(_one(x.device), flat, alpha=0, out=t).nansum()  # 1 + 0*x: 1 if x is finite, else NaN
-    out = [s, sq, mn, mx, zeros, finite]
-    units = 0
-    if flags & DEAD and x.dim() >= 2:
-        unit = 1 if x.dim() in (4, 5) else x.dim() - 1
-        peak = x.amax(dim=tuple(d for d in range(x.dim()) if d != unit))
-        units = peak.numel()
-        out.append(torch.le(peak, 0, out=peak).sum())
-    if flags & SAT:
-        out.append(torch.gt(torch.sub(flat, 0.5, out=t).abs_(), 0.48, out=t).sum())
-        out.append(torch.gt(torch.abs(flat, out=t), 0.96, out=t).sum())
-    return out, (n, units, bool(flags & EXACT))
-
-
-SCRATCH_KEEP = 1 << 24  # float32 elements of the scratch tensor kept for `_full` on CPU (64 MiB at most)
-_SCRATCH: list[torch.Tensor] = []
-
-
-def _scratch(flat: torch.Tensor) -> torch.Tensor:
-    """A float32 tensor the size of `flat` for `_full`'s comparisons. On CPU one is kept and reused: a new
-    one each time is fresh memory, page-faulted in on every sampled step (and returned to the system
-    between them). Elsewhere the caching allocator already reuses memory."""
-    n = flat.numel()
-    if not flat.is_cpu or n > SCRATCH_KEEP:
-        return torch.empty_like(flat)
-    if not _SCRATCH or _SCRATCH[0].numel() < n:
-        _SCRATCH[:] = [torch.empty(max(n, 1 << 16), dtype=torch.float32)]
-    return _SCRATCH[0][:n]
-
-
-_ONES: dict[torch.device, torch.Tensor] = {}
-
-
-def _one(device: torch.device) -> torch.Tensor:
-    one = _ONES.get(device)
-    if one is None:
-        one = _ONES[device] = torch.ones((), device=device)
-    return one
-
-
-def _act_stats(v: list[float], n: int, units: int, centred: bool) -> ActStats:
-    """Host side of `_full`: mean, population std, min, max, zero_frac, dead_frac, sat01, sat11, nonfinite."""
-    s, sq, mn, mx, zeros, finite = v[:6]
-    mean = s / n
-    if centred:
-        std = sq / math.sqrt(n)
-    else:
-        var = sq / n - mean * mean
-        if not math.isfinite(mean):
-            std = math.nan
-        else:  # NaN/inf stay NaN/inf; rounding cannot make it negative
-            std = math.sqrt(var) if var > 0 else (0.0 if var == var else var)
-    dead = v[6] / units if units else 0.0
-    sat01, sat11 = (v[-2] / n, v[-1] / n) if len(v) - (7 if units else 6) == 2 else (0.0, 0.0)
-    return ActStats(1.0, mean, std, mn, mx, zeros / n, dead, sat01, sat11, n - finite)
+PARAMS, SAFE, OTHER = 0, 1, 2  # an observed module: has parameters; finite-preserving; anything else
 
 
 class _Root:
@@ -221,7 +131,7 @@ class _Root:
         self.name = name
         self.ref = weakref.ref(module)
         self.cls = type(module).__name__
-        self.observed: dict[int, tuple[str, int, bool]] = {}  # id(module) -> (name, flags, has_params)
+        self.observed: dict[int, tuple[str, int, int]] = {}  # id(module) -> (name, flags, kind)
         self.containers: dict[int, str] = {}  # id(module) -> name, modules without own params or compute
         self.modules: dict[str, ModuleInfo] = {}
         self.params: list[tuple[str, torch.nn.Parameter]] = []  # trainable, deduplicated
@@ -277,11 +187,9 @@ class Probe:
         self._opt_depth: dict[int, int] = defaultdict(int)
         self._opt_stepped = False
         self._backward_done = False
-        self._before: dict[int, tuple[list, tuple, list]] = {}
-        # per optimizer, dropped with it: (param ids, params, owners, id set, len(_pinfo)) and kept CPU buffers
+        # per optimizer, dropped with it: (param ids, params, owners, id set, len(_pinfo))
         self._opt_cache: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
         self._all: tuple[int, list, tuple, frozenset] = (-1, [], (), frozenset())  # every root's params
-        self._snaps: "weakref.WeakKeyDictionary[Any, list[torch.Tensor]]" = weakref.WeakKeyDictionary()
         self.step = 0
         self._buf = _Buffer(0, self.schedule(0))
         self._pending: list[_Buffer] = []
@@ -400,20 +308,23 @@ class Probe:
     def _observe_output(self, root: _Root, module: torch.nn.Module, entry: tuple, args: tuple, output: Any) -> None:
         """Activations are attributed to the layer they follow (the last module with parameters), so a
         shared `self.act` or a functional F.relu still points at the layer whose units are dead."""
-        name, flags, has_params = entry
+        name, flags, kind = entry
         buf = self._buf
         layer, prev_out = self._prev
-        if buf.sampled and has_params and layer is not None:
+        if kind == PARAMS and buf.sampled and layer is not None:
             x = _first_float(args)  # the tensor entering this layer: a functional activation's output
             if x is not None and x is not prev_out and x.numel() > 0:
                 self._add_once((root.name, layer, "activation"), x, DEAD | SAT)
         t = _first_float(output)
-        if t is not None and t.numel() > 0:
-            if flags and not has_params and layer is not None:
-                self._add_once((root.name, layer, "activation"), t, flags)
-            else:
-                self._add_once((root.name, name, "output"), t, flags)
-        self._prev = (name if has_params or not flags else layer, t)  # activations keep the layer's name
+        act = flags & (DEAD | SAT)  # an activation function
+        if t is not None and t.numel() > 0 and (act or t is not prev_out):  # in-place activations: same tensor
+            key = (root.name, layer, "activation") if act and layer is not None else (root.name, name, "output")
+            if kind == PARAMS or (act and buf.sampled):
+                self._add_once(key, t, flags)
+            elif kind == OTHER or prev_out is None or _first_float(args) is not prev_out:
+                buf.parts.append(ts.cheap(t))  # no statistics of its own, but a NaN made here is seen here
+                buf.layout.append(("cheap", key, 1, None))
+        self._prev = (name if kind == PARAMS or not act else layer, t)  # activations keep the layer's name
         if name not in root._ordered:
             root._ordered.add(name)
             root.order.append(name)
@@ -421,7 +332,7 @@ class Probe:
     def _observe_container(self, root: _Root, name: str, output: Any) -> None:
         t = _first_float(output)
         if t is not None and t is not self._prev[1] and t.numel() > 0:  # a Sequential just passes its last output
-            self._buf.add("cheap", (root.name, name, "output"), _cheap(t))
+            self._buf.add("cheap", (root.name, name, "output"), ts.cheap(t))
         if name not in root._ordered:
             root._ordered.add(name)
             root.order.append(name)
@@ -429,12 +340,12 @@ class Probe:
     def _add_once(self, key: tuple, x: torch.Tensor, flags: int) -> None:
         """Full statistics for the first call of a site per sampled step; the cheap check otherwise."""
         buf = self._buf
-        if buf.sampled and key not in buf.seen:
+        if buf.sampled and key not in buf.seen and not flags & CHEAP_ONLY:
             buf.seen.add(key)
-            values, extra = _full(x, flags)
-            buf.extend("full", key, values, extra)
+            values, lay = ts.full(x, flags)
+            buf.extend("full", key, values, lay)
         else:
-            buf.parts.append(_cheap(x))
+            buf.parts.append(ts.cheap(x))
             buf.layout.append(("cheap", key, 1, None))
 
     def _register(self, module: torch.nn.Module) -> _Root:
@@ -453,8 +364,9 @@ class Probe:
                     root.containers[id(m)] = name  # only a non-finite check: a NaN made in its own code
                 continue
             tname = type(m).__name__
-            flags = (DEAD if tname in RELU_LIKE else 0) | (SAT if tname in SATURATING else 0)
-            root.observed[id(m)] = (name, flags, bool(own))
+            flags = (DEAD if tname in RELU_LIKE else CHEAP_ONLY if tname in NORMS else 0) | SAT_FLAGS.get(tname, 0)
+            kind = PARAMS if own else SAFE if tname in FINITE_PRESERVING else OTHER
+            root.observed[id(m)] = (name, flags, kind)
             fresh = [p for p in own if id(p) not in self._pinfo]
             for p in fresh:
                 self._pinfo[id(p)] = (root.name, name)
@@ -472,7 +384,7 @@ class Probe:
         """Parameters unfrozen or added after the model was first seen (staged fine-tuning) join in;
         a sampled step is often enough for that."""
         module = root.ref()
-        if module is None:
+        if module is None or all(id(p) in self._pinfo or not p.requires_grad for p in module.parameters()):
             return
         for name, m in module.named_modules():
             new = [p for p in m.parameters(recurse=False) if p.requires_grad and id(p) not in self._pinfo]
@@ -491,8 +403,8 @@ class Probe:
             else:
                 info.params += numel
                 info.weight_ndim2 = info.weight_ndim2 or matrix
-            flags = root.observed.get(id(m), (name, 0, True))[1]
-            root.observed[id(m)] = (name, flags, True)
+            flags = root.observed.get(id(m), (name, 0, PARAMS))[1]
+            root.observed[id(m)] = (name, flags, PARAMS)
             root.containers.pop(id(m), None)
             self._models_dirty = True
 
@@ -580,7 +492,7 @@ class Probe:
 
         def compile(module: Any, *args: Any, **kwargs: Any) -> None:
             """model.compile() compiles the module's own call, hooks included, so its forward is never seen
-            from outside: it becomes a root now (gradients, weights, updates and loss are still observed)."""
+            from outside: it becomes a root now (gradients, weights and loss are still observed)."""
             original(module, *args, **kwargs)
             try:
                 trainable = any(p.requires_grad for p in module.parameters())
@@ -608,8 +520,6 @@ class Probe:
         try:
             params, owners, ids = self._opt_params(opt)
             self._grad_norms(self._buf, params, owners, ids)
-            if self._buf.sampled and params:  # exact update size: weights before vs after this step
-                self._before[id(opt)] = (params, owners, self._snapshot(opt, params))
         except Exception as e:  # noqa: BLE001
             self._fault("grads", e)
 
@@ -632,33 +542,11 @@ class Probe:
                          frozenset(map(id, params)))
         return self._all[1], self._all[2], self._all[3]
 
-    def _snapshot(self, key: Any, params: list) -> list[torch.Tensor]:
-        """The weights before an optimizer step. CPU weights are copied into buffers kept per optimizer (a
-        fresh allocation that size page-faults on every sampled step: a few times the cost of the copy) up
-        to SNAPSHOT_KEEP bytes; otherwise fresh copies (a GPU's caching allocator makes those cheap, and the
-        memory goes back to its pool for the activations)."""
-        with torch.no_grad():
-            if all(p.is_cpu for p in params) and sum(p.numel() * p.element_size() for p in params) <= SNAPSHOT_KEEP:
-                bufs = self._snaps.get(key)
-                if bufs is None or len(bufs) != len(params) or any(
-                        b.shape != p.shape or b.dtype != p.dtype for b, p in zip(bufs, params)):
-                    bufs = self._snaps[key] = [torch.empty_like(p) for p in params]
-                torch._foreach_copy_(bufs, params)
-                return bufs
-            return list(torch._foreach_mul(params, 1.0))
-
     def _post_step(self, opt: Any, args: Any, kwargs: Any) -> None:
         self._opt_depth[id(opt)] -= 1
         if self._opt_depth[id(opt)] > 0 or not self._mine():  # subclass calling super().step()
             return
-        before = self._before.pop(id(opt), None)
         try:
-            if before is not None:
-                params, owners, old = before
-                with torch.no_grad():
-                    torch._foreach_sub_(old, params)  # in place: no second allocation
-                    deltas = torch._foreach_norm(old)
-                self._buf.extend("update", owners, list(deltas))
             if opt not in self.optimizers:
                 self.optimizers.add(opt)
                 self._models_dirty = True
@@ -718,10 +606,12 @@ class Probe:
         params, owners, ids = self._all_params()
         if not buf.scaled and not ids <= buf.covered:  # outside an optimizer step, a GradScaler's gradients are still scaled
             self._grad_norms(buf, [p for p in params if id(p) not in buf.covered])
-        if buf.sampled and params:
+        if buf.sampled and params:  # L2 and L1 norms: a fingerprint that changes whenever a weight does
             with torch.no_grad():
                 norms = torch._foreach_norm(params)
+                l1 = torch._foreach_norm(params, 1)
             buf.extend("weight", owners, list(norms))
+            buf.extend("weight_l1", owners, list(l1))
 
     def _grad_norms(self, buf: _Buffer, params: list, owners: Optional[tuple] = None,
                     ids: Optional[frozenset] = None) -> None:
@@ -763,7 +653,7 @@ class Probe:
                 loss = buf.losses[0] if len(buf.losses) == 1 else torch.stack(buf.losses).mean()
                 buf.add("loss", ("", "", "loss"), loss.reshape(()))
             tensors.extend(buf.parts)
-        values = _host_values(tensors)
+        values = ts.host_values(tensors)
         records, i = [], 0
         # without gradient observation, a sampled step would read as "no gradient anywhere"
         full = "grads" not in self._off
@@ -802,27 +692,6 @@ class Probe:
         return {id(p) for opt in list(self.optimizers) for g in opt.param_groups for p in g["params"]}
 
 
-def _host_values(tensors: list[torch.Tensor]) -> list[float]:
-    """Stack (the parts are 0-d) per device and copy once per device; any dtype comes back as a float."""
-    if not tensors:
-        return []
-    scalars = tensors
-    if any(t.dim() for t in tensors):  # an occasional vector part: split it into its elements
-        scalars = [u for t in tensors for u in ((t,) if t.dim() == 0 else t.reshape(-1).unbind(0))]
-    try:
-        return torch.stack(scalars).float().tolist()
-    except RuntimeError:  # on more than one device
-        pass
-    by_device: dict[torch.device, list[int]] = defaultdict(list)
-    for i, t in enumerate(scalars):
-        by_device[t.device].append(i)
-    out: list[float] = [0.0] * len(scalars)
-    for idx in by_device.values():
-        for i, v in zip(idx, torch.stack([scalars[i] for i in idx]).float().tolist()):
-            out[i] = v
-    return out
-
-
 def _place(rec: StepRecord, what: str, key: tuple, chunk: list[float], extra: Any = None) -> None:
     if what == "loss":
         rec.loss = chunk[0]
@@ -833,23 +702,26 @@ def _place(rec: StepRecord, what: str, key: tuple, chunk: list[float], extra: An
             rec.acts[site] = prev + chunk[0]
     elif what == "full":
         if not isinstance(rec.acts.get(key), ActStats):
-            rec.acts[key] = _act_stats(chunk, *extra)
+            rec.acts[key] = ts.act_stats(chunk, extra)
     elif what == "grad":
         _accumulate(rec, key, chunk, "norm")
     elif what == "weight":
         _accumulate(rec, key, chunk, "weight_norm")
-    elif what == "update":
-        _accumulate(rec, key, chunk, "update_norm")
+    elif what == "weight_l1":
+        _accumulate(rec, key, chunk, "weight_l1", linear=True)
 
 
-def _accumulate(rec: StepRecord, owners: tuple, norms: list[float], attr: str) -> None:
-    """Per-parameter norms -> per-module norm (sqrt of sum of squares)."""
-    sq: dict[tuple[str, str], float] = defaultdict(float)
+def _accumulate(rec: StepRecord, owners: tuple, norms: list[float], attr: str, linear: bool = False) -> None:
+    """Per-parameter norms -> per-module norm: sqrt of the sum of squares (L2), or the sum (L1)."""
+    acc: dict[tuple[str, str], float] = defaultdict(float)
     for owner, v in zip(owners, norms):
-        sq[owner] += v * v
-    for owner, s in sq.items():
+        acc[owner] += v if linear else v * v
+    for owner, s in acc.items():
         gs = rec.grads.get(owner)
         if gs is None:
             gs = rec.grads[owner] = GradStats(norm=None, numel=0)
         prev = getattr(gs, attr)
-        setattr(gs, attr, s ** 0.5 if prev is None else (prev * prev + s) ** 0.5)
+        if linear:
+            setattr(gs, attr, s if prev is None else prev + s)
+        else:
+            setattr(gs, attr, s ** 0.5 if prev is None else (prev * prev + s) ** 0.5)

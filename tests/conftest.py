@@ -141,7 +141,8 @@ def compiled(tmp_path_factory):
 FAULTS = {
     "forward+transfer+events_writer": ("""
 from neuraldbg_cli import probes, trace
-probes._full = probes._cheap = probes._host_values = boom
+from neuraldbg_cli import tensorstats
+tensorstats.full = tensorstats.cheap = tensorstats.host_values = boom
 def half_a_line_then_disk_full(self, ev):
     trace._write_all(self._events, b'{"schema": "neuraldbg.event/1", "type": "cut')
     raise OSError(28, 'No space left on device')

@@ -9,7 +9,8 @@ CTRL_C_IN_HOOK = """
 from neuraldbg_cli import probes
 def interrupted(*a, **k):
     raise KeyboardInterrupt
-probes._full = interrupted
+from neuraldbg_cli import tensorstats
+tensorstats.full = interrupted
 """
 
 

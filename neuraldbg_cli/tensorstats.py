@@ -1,0 +1,181 @@
+"""On-device statistics of one tensor, and the single device->host transfer they go home in.
+
+Every statistic is a 0-d tensor computed where the tensor lives; nothing here syncs with the device. The
+work is memory-bound, so each function reads a tensor as few times as possible (BENCHMARKS.md has the
+numbers): a layer output costs two reductions (sum, sum of squares), an activation adds min/max and a
+per-unit max for dead units; fractions (exact zeros, values near a rail) are counted on a fixed-size
+sample of the tensor, which is all a fraction compared with a threshold needs."""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import NamedTuple
+
+import torch
+
+from neuraldbg_cli.events import ActStats
+
+# which statistics a site needs, beyond sum / sum of squares / min / max
+DEAD, SAT01, SAT11, EXACT = 1, 2, 4, 8  # units never > 0; near 0 or 1; near -1 or 1; two-pass std + finite count
+SAT = SAT01 | SAT11
+CHEAP_ONLY = 16  # a normalisation layer: its output's scale is what it controls, so only the NaN check
+
+RELU_LIKE = {"ReLU", "ReLU6", "Threshold", "RReLU"}
+SAT_FLAGS = {"Sigmoid": SAT01, "Hardsigmoid": SAT01, "Tanh": SAT11, "Hardtanh": SAT11, "Softsign": SAT11,
+             "LogSigmoid": SAT, "Tanhshrink": SAT}
+# Modules whose output is finite whenever their input is: when that input is the output just checked, their
+# own output needs no non-finite check of its own (a NaN is still caught where it is made).
+FINITE_PRESERVING = RELU_LIKE | set(SAT_FLAGS) | {
+    "LeakyReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Hardswish", "Softplus", "Softshrink",
+    "Hardshrink", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout",
+    "Identity", "Flatten", "Unflatten", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "Softmax", "Softmax2d", "LogSoftmax", "Softmin"}
+
+NORMS = {"BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "LayerNorm", "GroupNorm", "RMSNorm",
+         "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LocalResponseNorm"}
+
+SAMPLE_BLOCK = 256  # contiguous elements per sampled block (whole cache lines, and a token's features)
+SAMPLE = 1 << 16  # elements behind a fraction: its standard error is at most 0.2 percentage points
+SCRATCH_KEEP = 2 * SAMPLE  # elements of the CPU scratch tensor for the counts, kept and reused
+
+
+class Layout(NamedTuple):
+    """What the values of one `full()` call are, for the host side."""
+
+    n: int  # elements
+    sampled: int  # elements behind the fractions
+    units: int  # units behind dead_frac (0: not measured)
+    flags: int
+
+
+def cheap(x: torch.Tensor) -> torch.Tensor:
+    """One reduction: non-finite iff some element is NaN/Inf. Half precision is summed in fp32, so its
+    own range cannot overflow."""
+    x = x.detach()
+    return x.sum() if x.dtype is torch.float32 else x.sum(dtype=torch.float32)
+
+
+def sample(flat: torch.Tensor) -> torch.Tensor:
+    """About SAMPLE elements of a 1-d tensor, spread evenly over it in contiguous blocks (a 2-d view, no
+    copy), so a per-element test reads a fraction of the memory instead of all of it."""
+    n = flat.numel()
+    if n <= 2 * SAMPLE:
+        return flat
+    rows = n // SAMPLE_BLOCK
+    take = SAMPLE // SAMPLE_BLOCK
+    return flat[: rows * SAMPLE_BLOCK].view(rows, SAMPLE_BLOCK)[:: rows // take][:take]
+
+
+def full(x: torch.Tensor, flags: int) -> tuple[list[torch.Tensor], Layout]:
+    """Raw sums behind ActStats as 0-d device tensors; `act_stats` finishes them on the host. The std is
+    one pass (sum of squares: relative error about 1e-7*(mean/std)^2, under 1% while |mean| < 300*std)
+    except for input data (EXACT: two-pass, centred), where a large offset is common. Non-finite values
+    show in min/max; input data also gets their exact count."""
+    x = x.detach()
+    if x.dtype != torch.float32:
+        x = x.float()
+    n = x.numel()
+    flat = x.reshape(-1)
+    s = flat.sum()
+    if flags & EXACT:
+        centred = torch.sub(flat, s, alpha=1.0 / n)
+        out = [s, torch.linalg.vector_norm(centred), *torch.aminmax(flat),
+               torch.add(_one(x.device), flat, alpha=0, out=centred).nansum()]  # 1 + 0*x: NaN unless finite
+        return out, Layout(n, n, 0, flags)
+    if not flags & (DEAD | SAT):  # a layer's output: only the mean and std are judged (min/max: NaN)
+        return [s, torch.dot(flat, flat)], Layout(n, n, 0, flags)
+    out = [s, torch.dot(flat, flat), *torch.aminmax(flat)]
+    part = sample(flat)
+    t = _scratch(part)
+    units = 0
+    if flags & DEAD:
+        out.append(torch.eq(part, 0, out=t).sum())  # counts as 0/1 floats: several times faster than bools
+        if x.dim() >= 2:
+            unit = 1 if x.dim() in (4, 5) else x.dim() - 1
+            peak = x.amax(dim=tuple(d for d in range(x.dim()) if d != unit))
+            units = peak.numel()
+            out.append(torch.le(peak, 0, out=peak).sum())
+    if flags & SAT01:
+        out.append(torch.gt(torch.sub(part, 0.5, out=t).abs_(), 0.48, out=t).sum())
+    if flags & SAT11:
+        out.append(torch.gt(torch.abs(part, out=t), 0.96, out=t).sum())
+    return out, Layout(n, part.numel(), units, flags)
+
+
+def act_stats(v: list[float], lay: Layout) -> ActStats:
+    """Host side of `full`: mean, population std, min, max, zero_frac, dead_frac, sat01, sat11, nonfinite
+    (exact count for input data; elsewhere 1.0 means "at least one")."""
+    n, flags = lay.n, lay.flags
+    s, sq = v[:2]
+    mn, mx = v[2:4] if flags & (DEAD | SAT | EXACT) else (math.nan, math.nan)
+    mean = s / n
+    if flags & EXACT:
+        std = sq / math.sqrt(n)
+        nonfinite = n - v[4]
+    else:
+        var = sq / n - mean * mean
+        if not math.isfinite(mean):
+            std = math.nan
+        else:  # NaN/inf stay NaN/inf; rounding cannot make it negative
+            std = math.sqrt(var) if var > 0 else (0.0 if var == var else var)
+        ranged = bool(flags & (DEAD | SAT))
+        nonfinite = 0.0 if math.isfinite(s) and (not ranged or math.isfinite(mn) and math.isfinite(mx)) else 1.0
+    rest = iter(v[4:]) if not flags & EXACT else iter(())
+    zero = next(rest) / lay.sampled if flags & DEAD else 0.0
+    dead = next(rest) / lay.units if lay.units else 0.0
+    sat01 = next(rest) / lay.sampled if flags & SAT01 else 0.0
+    sat11 = next(rest) / lay.sampled if flags & SAT11 else 0.0
+    return ActStats(1.0, mean, std, mn, mx, zero, dead, sat01, sat11, nonfinite)
+
+
+def n_values(lay: Layout) -> int:
+    if lay.flags & EXACT:
+        return 5
+    if not lay.flags & (DEAD | SAT):
+        return 2
+    return 4 + bool(lay.flags & DEAD) + bool(lay.units) + bool(lay.flags & SAT01) + bool(lay.flags & SAT11)
+
+
+_SCRATCH: list[torch.Tensor] = []
+
+
+def _scratch(part: torch.Tensor) -> torch.Tensor:
+    """A float32 tensor shaped like `part` for the 0/1 counts. On CPU one is kept and reused (fresh memory
+    is page-faulted in each time); elsewhere the caching allocator already reuses memory."""
+    n = part.numel()
+    if not part.is_cpu or n > SCRATCH_KEEP:
+        return torch.empty(part.shape, dtype=torch.float32, device=part.device)
+    if not _SCRATCH:
+        _SCRATCH.append(torch.empty(SCRATCH_KEEP, dtype=torch.float32))
+    return _SCRATCH[0][:n].view(part.shape)
+
+
+_ONES: dict[torch.device, torch.Tensor] = {}
+
+
+def _one(device: torch.device) -> torch.Tensor:
+    one = _ONES.get(device)
+    if one is None:
+        one = _ONES[device] = torch.ones((), device=device)
+    return one
+
+
+def host_values(tensors: list[torch.Tensor]) -> list[float]:
+    """Stack (the parts are 0-d) per device and copy once per device; any dtype comes back as a float."""
+    if not tensors:
+        return []
+    scalars = tensors
+    if any(t.dim() for t in tensors):  # an occasional vector part: split it into its elements
+        scalars = [u for t in tensors for u in ((t,) if t.dim() == 0 else t.reshape(-1).unbind(0))]
+    try:
+        return torch.stack(scalars).float().tolist()
+    except RuntimeError:  # on more than one device
+        pass
+    by_device: dict[torch.device, list[int]] = defaultdict(list)
+    for i, t in enumerate(scalars):
+        by_device[t.device].append(i)
+    out: list[float] = [0.0] * len(scalars)
+    for idx in by_device.values():
+        for i, v in zip(idx, torch.stack([scalars[i] for i in idx]).float().tolist()):
+            out[i] = v
+    return out
