@@ -4,6 +4,7 @@ Rules propose one hypothesis per kind; then causes are ranked above their conseq
 starts no earlier than a known cause (CAUSES) has its confidence capped below the cause's and names it."""
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any, Optional
 
 from neuraldbg_cli.events import EventType, Hypothesis, Kind, ModelSummary, Report
@@ -43,12 +44,13 @@ def rank(hyps: list[Hypothesis], slack: int) -> list[Hypothesis]:
 
 
 def steps_observed(run: RunData) -> int:
-    summary = [e for e in run.events if e.type == EventType.run_summary.value]
+    summary_type = EventType.run_summary.value  # looked up once: an Enum member's .value is slow per event
+    summary = [e for e in run.events if e.type == summary_type]
     counts = [int(run.meta.get("steps_observed") or 0)]
     if summary:
         counts.append(int(summary[-1].metrics.get("steps") or 0))
     if run.events:
-        counts.append(max(e.step for e in run.events) + 1 if len(run.events) > len(summary) else 0)
+        counts.append(max(map(attrgetter("step"), run.events)) + 1 if len(run.events) > len(summary) else 0)
     return min(max(counts), (1 << 63) - 1)  # a corrupt count must not break the JSON report
 
 

@@ -4,10 +4,14 @@ A rule takes the `Context` only (keyword `ctx`), reads the events it needs and s
 reasoner runs every rule in RULES, then ranks causes above their consequences (CAUSES)."""
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter
 from typing import Any, Callable, Iterable, Optional
 
-from neuraldbg_cli.events import EventType, Hypothesis, Kind, Origin, SemanticEvent
+from neuraldbg_cli.events import EventType, Hypothesis, Kind, Origin
+from neuraldbg_cli.trace import Event
 
 SATURATING_TYPES = {"Sigmoid", "Tanh", "Hardtanh", "Softsign", "Hardsigmoid", "LogSigmoid"}
 RNN_TYPES = {"RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell"}
@@ -16,23 +20,38 @@ NORM_TYPES = {"BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "GroupNo
 
 @dataclass
 class Context:
-    events: list[SemanticEvent]
+    events: list[Event]  # fixed once the Context is made: it is indexed then
     models: list[dict[str, Any]] = field(default_factory=list)  # model.json "models"
     optimizers: list[dict[str, Any]] = field(default_factory=list)
     every: int = 10
     _order: dict[tuple, int] = field(default_factory=dict)
+    _positions: dict[tuple[str, str], list[int]] = field(default_factory=dict, init=False)  # (type, to) -> indexes
+    _last: dict[tuple, str] = field(default_factory=dict, init=False)  # (type, root, module, site) -> last `to`
 
     def __post_init__(self) -> None:
         for m in self.models:
             for i, name in enumerate(m.get("order") or []):
                 self._order[(m.get("name"), name)] = i
+        # indexed once, so that rules do not each scan every event (a trace holds up to trace.MAX_EVENTS)
+        positions: defaultdict[tuple[str, str], list[int]] = defaultdict(list)
+        for i, key in enumerate(map(attrgetter("type", "to"), self.events)):
+            positions[key].append(i)
+        self._positions = dict(positions)
+        self._last = dict(zip(map(attrgetter("type", "root", "module", "site"), self.events),
+                              map(attrgetter("to"), self.events)))
 
-    def select(self, types: Iterable[str] = (), to: Iterable[str] = (), sites: Iterable[str] = ()) -> list[SemanticEvent]:
+    def select(self, types: Iterable[str] = (), to: Iterable[str] = (), sites: Iterable[str] = ()) -> list[Event]:
+        """The events of these types, into these states, at these sites (empty: any), in trace order."""
         types, to, sites = set(types), set(to), set(sites)
-        return [e for e in self.events if (not types or e.type in types) and (not to or e.to in to)
-                and (not sites or e.site in sites)]
+        found = [pos for (t, s), pos in self._positions.items() if (not types or t in types) and (not to or s in to)]
+        picked = found[0] if len(found) == 1 else sorted(chain.from_iterable(found))
+        return [e for e in map(self.events.__getitem__, picked) if not sites or e.site in sites]
 
-    def order(self, ev: SemanticEvent) -> int:
+    def last_to(self, key: tuple) -> Optional[str]:
+        """The state of the last transition at (type, root, module, site), None if there was none."""
+        return self._last.get(key)
+
+    def order(self, ev: Event) -> int:
         """Position of the event's module in the forward pass (unknown modules sort last)."""
         return self._order.get((ev.root, ev.module), 10**6)
 
@@ -49,8 +68,8 @@ class Context:
 
 # ---------------------------------------------------------------- helpers shared by rules
 
-def _first_by_module(events: list[SemanticEvent]) -> dict[tuple, SemanticEvent]:
-    first: dict[tuple, SemanticEvent] = {}
+def _first_by_module(events: list[Event]) -> dict[tuple, Event]:
+    first: dict[tuple, Event] = {}
     for e in events:
         k = (e.root, e.module)
         if k not in first or e.step < first[k].step:
@@ -58,27 +77,22 @@ def _first_by_module(events: list[SemanticEvent]) -> dict[tuple, SemanticEvent]:
     return first
 
 
-def _still(ctx: Context, events: list[SemanticEvent], state: str) -> float:
+def _still(ctx: Context, events: list[Event], state: str) -> float:
     """Fraction of the affected sites whose last transition is still into `state` (did not recover)."""
     keys = {(e.type, e.root, e.module, e.site) for e in events}
     if not keys:
         return 0.0
-    last: dict[tuple, str] = {}
-    for e in ctx.events:
-        k = (e.type, e.root, e.module, e.site)
-        if k in keys:
-            last[k] = e.to
-    return sum(1 for v in last.values() if v == state) / len(keys)
+    return sum(1 for k in keys if ctx.last_to(k) == state) / len(keys)
 
 
-def _origin_of(ctx: Context, events: list[SemanticEvent], output_side: bool = False) -> SemanticEvent:
+def _origin_of(ctx: Context, events: list[Event], output_side: bool = False) -> Event:
     """Earliest onset; among modules starting in the same observation the input side (or output side)."""
     onset = min(e.step for e in events)
     same = [e for e in events if e.step <= onset]
     return (max if output_side else min)(same, key=ctx.order)
 
 
-def _evidence(events: list[SemanticEvent], limit: int = 6) -> list[dict[str, Any]]:
+def _evidence(events: list[Event], limit: int = 6) -> list[dict[str, Any]]:
     out = []
     for e in sorted(events, key=lambda e: e.step)[:limit]:
         d = {"type": e.type, "step": e.step, "module": e.module, "from": e.from_, "to": e.to, "site": e.site}
@@ -91,8 +105,8 @@ def _spread_confidence(base: float, n: int, persistent: float) -> float:
     return min(0.95, (base + 0.08 * min(n, 3)) * (0.6 + 0.4 * persistent))
 
 
-def _hyp(kind: Kind, confidence: float, origin: SemanticEvent | None, step: Optional[int], summary: str,
-         events: list[SemanticEvent], suggestions: list[str], propagation: list[str] | None = None) -> Hypothesis:
+def _hyp(kind: Kind, confidence: float, origin: Event | None, step: Optional[int], summary: str,
+         events: list[Event], suggestions: list[str], propagation: list[str] | None = None) -> Hypothesis:
     return Hypothesis(kind=kind, confidence=round(confidence, 3),
                       origin=Origin(module=origin.module if origin else None, step=step,
                                     root=origin.root if origin else None),
@@ -113,7 +127,7 @@ def _lr_advice(ctx: Context, factor: float) -> list[str]:
     return [f"lr={lr:g} with {opt}: try {target:g}"]
 
 
-def _names(events: list[SemanticEvent]) -> list[str]:
+def _names(events: list[Event]) -> list[str]:
     return sorted({e.module for e in events if e.module})
 
 

@@ -11,8 +11,11 @@ import json
 import os
 import stat
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import chain
+from operator import itemgetter
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, NamedTuple, Optional, Union
 
 import orjson
 from pydantic import TypeAdapter, ValidationError
@@ -89,11 +92,37 @@ def point_latest(run_dir: Path) -> None:
 
 # ---------------------------------------------------------------- reading
 
+# a SemanticEvent's fields as written (by alias), in its order
+_FIELDS = ("schema", "type", "step", "module", "root", "from", "to", "metrics", "site")
+
+
+class TraceEvent(NamedTuple):
+    """An event line as neuraldbg writes it, read back: the attributes and to_json_dict() of the SemanticEvent
+    it stands for, as a tuple: a tenth of the cost of validating the pydantic model, which made reading slow.
+    Only _fast makes them, for lines that SemanticEvent would accept unchanged."""
+
+    schema_: str
+    type: str
+    step: int
+    module: Optional[str]
+    root: Optional[str]
+    from_: str
+    to: str
+    metrics: dict[str, Optional[float]]
+    site: Optional[str]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {**dict(zip(_FIELDS, self)), "metrics": dict(self.metrics)}
+
+
+Event = Union[SemanticEvent, TraceEvent]
+
+
 @dataclass
 class RunData:
     dir: Path
     meta: dict[str, Any]
-    events: list[SemanticEvent]
+    events: list[Event]
     models: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
@@ -161,15 +190,60 @@ def iter_lines(path: Path) -> Iterator[tuple[int, Optional[bytes], bool]]:
             yield n, line, line.endswith(b"\n")
 
 
+def iter_line_blocks(path: Path) -> Iterator[tuple[int, list[Optional[bytes]], bool]]:
+    """What iter_lines yields, a block at a time and without the newlines (a third of the cost per line):
+    (number of the first line, lines, whether the last ends with a newline: false only for the file's cut-short
+    last line, which comes alone). A line over MAX_LINE is None. Memory bounded by 2 * MAX_LINE."""
+    with open(path, "rb") as f:
+        n = 1
+        head: Optional[bytes] = b""  # the unfinished line so far; None once it is over MAX_LINE
+        while block := f.read(MAX_LINE):  # lines inside a block are no longer than MAX_LINE
+            lines = block.split(b"\n")
+            lines[0] = None if head is None or len(head) + len(lines[0]) > MAX_LINE else head + lines[0]
+            head = lines.pop()
+            if lines:
+                yield n, lines, True
+                n += len(lines)
+        if head is None:
+            yield n, [None], True
+        elif head:
+            yield n, [head], False
+
+
+_row = itemgetter(*_FIELDS)
+_new_event = partial(tuple.__new__, TraceEvent)
+_STR, _OPT_STR, _OPT_FLOAT = {str}, {str, type(None)}, {float, type(None)}
+
+
+def _fast(objs: list[dict[str, Any]]) -> Optional[list[TraceEvent]]:
+    """TraceEvents when every object has exactly the fields of a SemanticEvent, each of the type the model
+    declares (no conversion), a known schema and a step in range, else None (pydantic then decides). The
+    checks run over whole columns, so no Python code runs per event."""
+    if set(map(len, objs)) != {len(_FIELDS)}:
+        return None
+    try:
+        rows = list(map(_row, objs))
+    except KeyError:
+        return None
+    schema, type_, step, module, root, from_, to, metrics, site = zip(*rows)
+    if not (set(map(type, chain(schema, type_, from_, to))) == _STR and set(schema) <= SUPPORTED_EVENT_SCHEMAS
+            and set(map(type, chain(module, root, site))) <= _OPT_STR and set(map(type, step)) == {int}
+            and 0 <= min(step) and max(step) < MAX_INT and set(map(type, metrics)) == {dict}
+            and set(map(type, chain.from_iterable(map(dict.values, metrics)))) <= _OPT_FLOAT):
+        return None
+    return list(map(_new_event, rows))
+
+
 _EVENT_LIST = TypeAdapter(list[SemanticEvent])
-VALIDATE_CHUNK = 4096  # events validated per call; a chunk with a bad event is validated one by one
+VALIDATE_CHUNK = 4096  # lines parsed and checked per call; a chunk with a bad line is read line by line
 
 
-def read_events(path: Path, warnings: list[str]) -> list[SemanticEvent]:
+def read_events(path: Path, warnings: list[str]) -> list[Event]:
     """Every valid event of an events.jsonl, in order; bad lines are skipped with a warning. Fast path (see
-    BENCHMARKS.md): chunks of lines are parsed and validated by pydantic in one call, as one JSON array, and
-    the cyclic GC is paused meanwhile (it would rescan the new objects again and again); a chunk that holds
-    a bad line is read again line by line, which finds and reports it."""
+    BENCHMARKS.md): the file is split into lines a block at a time, chunks of lines are parsed and checked
+    column by column (_fast), and the cyclic GC is paused meanwhile (it would rescan the new objects again and
+    again). A chunk that _fast does not take is validated by pydantic in one call; one that pydantic rejects is
+    read again line by line, which finds and reports the bad lines, so the result does not depend on chunks."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -182,58 +256,59 @@ def read_events(path: Path, warnings: list[str]) -> list[SemanticEvent]:
 class _EventReader:
     def __init__(self, path: Path, warnings: list[str]) -> None:
         self.path, self.warnings = path, warnings
-        self.events: list[SemanticEvent] = []
+        self.events: list[Event] = []
         self.bad = 0
         self.taken = 0  # event lines accepted so far (MAX_EVENTS)
 
-    def read(self) -> list[SemanticEvent]:
-        nums: list[int] = []
-        lines: list[bytes] = []
-        for n, line, complete in iter_lines(self.path):
-            if line is not None and complete and self.taken + len(lines) < MAX_EVENTS:
-                nums.append(n)
-                lines.append(line)
-                if len(lines) == VALIDATE_CHUNK:
-                    self._chunk(nums, lines)
-                    nums, lines = [], []
-                continue
-            if lines:
-                self._chunk(nums, lines)
-                nums, lines = [], []
-            if not self._slow([n], [line], complete):
+    def read(self) -> list[Event]:
+        for first, lines, complete in iter_line_blocks(self.path):
+            if not self._block(first, lines, complete):
                 break
-        if lines:
-            self._chunk(nums, lines)
         if self.bad > MAX_WARNINGS:
             self.warnings.append(f"{self.bad} lines of {self.path.name} were skipped in all")
         return self.events
 
-    def _chunk(self, nums: list[int], lines: list[bytes]) -> None:
-        """Whole lines: parsed (orjson, as the line-by-line path) and validated in one pydantic call, or
-        line by line when one of them is bad."""
-        loads = orjson.loads
+    def _block(self, first: int, lines: list[Optional[bytes]], complete: bool) -> bool:
+        """False when MAX_EVENTS is reached. The cut-short last line, and a chunk that could pass the cap, go
+        line by line: _slow words their warnings and stops at the cap."""
+        for i in range(0, len(lines), VALIDATE_CHUNK):
+            chunk = lines[i:i + VALIDATE_CHUNK]
+            nums = range(first + i, first + i + len(chunk))
+            if complete and self.taken + len(chunk) <= MAX_EVENTS:
+                self._chunk(nums, chunk)
+            elif not self._slow(nums, chunk, complete):
+                return False
+        return True
+
+    def _chunk(self, nums: range, lines: list[Optional[bytes]]) -> None:
+        """Whole lines, parsed (orjson, as the line-by-line path) and taken by _fast or validated in one pydantic
+        call, or else read line by line."""
         try:
-            objs = [loads(line) for line in lines]
-        except orjson.JSONDecodeError:
+            objs = list(map(orjson.loads, lines))
+        except orjson.JSONDecodeError:  # also an over-long line (None)
             objs = None
-        if objs is None or not all(type(o) is dict for o in objs):
+        if objs is None or set(map(type, objs)) != {dict}:
             self._slow(nums, lines, True)
             return
-        for schema in {o.get("schema") for o in objs} - SUPPORTED_EVENT_SCHEMAS - {None}:
-            _unknown_schema(self.path, schema)
+        events = _fast(objs)
+        if events is not None:
+            self.taken += len(events)
+            self.events += events
+            return
+        for obj in objs:
+            _check_schema(self.path, obj.get("schema"))
         try:
             valid = _EVENT_LIST.validate_python(objs)
         except ValidationError:
             self._slow(nums, lines, True)
             return
         self.taken += len(valid)
-        self._keep(nums, valid)
+        for n, ev in zip(nums, valid):
+            self._keep(n, ev)
 
-    def _slow(self, nums: list[int], lines: list[Optional[bytes]], complete: bool) -> bool:
-        """Line by line with a warning for each bad one; False when MAX_EVENTS is reached."""
+    def _slow(self, nums: range, lines: list[Optional[bytes]], complete: bool) -> bool:
+        """Line by line with a warning for each bad one, in line order; False when MAX_EVENTS is reached."""
         path, warnings = self.path, self.warnings
-        raw_nums, raw = [], []
-        more = True
         for n, line in zip(nums, lines):
             if line is None:
                 self.bad += 1
@@ -254,36 +329,32 @@ class _EventReader:
                 self.bad += 1
                 _warn(warnings, f"line {n} of {path.name} is not a JSON object; skipped it")
                 continue
-            schema = obj.get("schema")
-            if schema is not None and schema not in SUPPORTED_EVENT_SCHEMAS:
-                _unknown_schema(path, schema)
+            _check_schema(path, obj.get("schema"))
             if self.taken >= MAX_EVENTS:
                 warnings.append(f"{path.name} holds more than {MAX_EVENTS} events; read the first {MAX_EVENTS}")
-                more = False
-                break
+                return False
             self.taken += 1
-            raw_nums.append(n)
-            raw.append(obj)
-        valid: list[Optional[SemanticEvent]] = []
-        for n, obj in zip(raw_nums, raw):
             try:
-                valid.append(SemanticEvent.model_validate(obj))
+                ev = SemanticEvent.model_validate(obj)
             except ValidationError as e:
                 self.bad += 1
                 _warn(warnings, f"line {n} of {path.name} is not a valid event ({e.errors()[0]['msg']}); skipped it")
-                valid.append(None)
-        self._keep(raw_nums, valid)
-        return more
+                continue
+            self._keep(n, ev)
+        return True
 
-    def _keep(self, nums: list[int], valid: list) -> None:
-        for n, ev in zip(nums, valid):
-            if ev is None:
-                continue
-            if not 0 <= ev.step < MAX_INT:
-                self.bad += 1
-                _warn(self.warnings, f"line {n} of {self.path.name} has step {str(ev.step)[:30]}, out of range; skipped it")
-                continue
-            self.events.append(ev)
+    def _keep(self, n: int, ev: SemanticEvent) -> None:
+        if not 0 <= ev.step < MAX_INT:
+            self.bad += 1
+            _warn(self.warnings, f"line {n} of {self.path.name} has step {str(ev.step)[:30]}, out of range; skipped it")
+            return
+        self.events.append(ev)
+
+
+def _check_schema(path: Path, schema: Any) -> None:
+    """A schema this neuraldbg does not know, of any JSON type (a list too), stops the read."""
+    if schema is not None and not (type(schema) is str and schema in SUPPORTED_EVENT_SCHEMAS):
+        _unknown_schema(path, schema)
 
 
 def _unknown_schema(path: Path, schema: Any) -> None:

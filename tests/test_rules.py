@@ -42,3 +42,19 @@ def test_consequence_that_started_first_is_not_demoted():
     hyps = rank([h for h in (r(ctx) for r in RULES) if h], slack=10)
     nf = next(h for h in hyps if h.kind == Kind.non_finite)
     assert nf.caused_by is None
+
+
+def test_select_filters_in_trace_order():
+    """Context indexes the events once; select still answers like a scan of all of them, in trace order."""
+    kinds = [("gradient_health_transition", "vanishing", "gradient"), ("non_finite", "non_finite", "output"),
+             ("gradient_health_transition", "non_finite", "gradient"), ("data_anomaly", "shifted", "input")]
+    evs = []
+    for i in range(40):
+        type_, to, site = kinds[i * 7 % 4]  # the kinds interleaved
+        evs.append(ev(type_, i, "m", "a", to, site))
+    ctx = Context(events=evs)
+    for types, to, sites in [((), (), ()), (["gradient_health_transition"], (), ()), ((), ["non_finite"], ()),
+                             ((), ["non_finite"], ["gradient"]), (["data_anomaly", "non_finite"], ["x"], ()),
+                             (["non_finite"], (), ["output", "activation"])]:
+        assert ctx.select(types, to, sites) == [e for e in evs if (not types or e.type in types)
+                                                and (not to or e.to in to) and (not sites or e.site in sites)]

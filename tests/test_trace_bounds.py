@@ -121,3 +121,51 @@ def test_bulk_reader_cap(tmp_path, monkeypatch):
     warnings = []
     assert len(trace.read_events(path, warnings)) == 50 and any("more than 50 events" in w for w in warnings)
 
+
+
+@pytest.mark.parametrize("max_line", [4, 16, 40])
+def test_line_blocks_match_iter_lines(tmp_path, monkeypatch, max_line):
+    """Split a block at a time, lines come out as iter_lines reads them one by one, over-long ones and lines
+    across block edges included (a tiny MAX_LINE makes every case happen)."""
+    monkeypatch.setattr(trace, "MAX_LINE", max_line)
+    path = tmp_path / "events.jsonl"
+    for data in [b"", b"\n", b"a", b"a\n", b"a\n\nbb\n", b"x" * 100, b"x" * 100 + b"\nab\n" + b"y" * 41 + b"\ncd",
+                 b"".join(b"z" * n + b"\n" for n in range(60)), b"".join(b"z" * n + b"\n" for n in range(60)) + b"tail"]:
+        path.write_bytes(data)
+        expected = [(n, line if line is None else line.rstrip(b"\n"), complete)
+                    for n, line, complete in trace.iter_lines(path)]
+        got = [(first + i, line, complete) for first, lines, complete in trace.iter_line_blocks(path)
+               for i, line in enumerate(lines)]
+        assert got == expected, data
+
+
+def test_fast_events_are_what_pydantic_makes(tmp_path):
+    """Lines as neuraldbg writes them take the fast path (TraceEvent); lines that only pydantic accepts (an
+    integer metric, a missing or extra field, a field by name) take pydantic's; both read the same."""
+    from neuraldbg_cli.events import SemanticEvent
+
+    event = {**EVENT, "step": 3}
+    odd = [{**event, "metrics": {"rms": 1}}, {k: v for k, v in event.items() if k != "schema"}, {**event, "x": 1},
+           {**{k: v for k, v in event.items() if k != "from"}, "from_": "healthy"}, {**event, "metrics": {"a": True}}]
+    for objs in ([{**event, "step": i} for i in range(10)], odd):
+        path = tmp_path / "events.jsonl"
+        path.write_text("".join(json.dumps(o) + "\n" for o in objs))
+        warnings: list[str] = []
+        events = trace.read_events(path, warnings)
+        assert not warnings
+        for ev, obj in zip(events, objs):
+            model = SemanticEvent.model_validate(obj)
+            assert ev.to_json_dict() == model.to_json_dict()
+            assert all(getattr(ev, f) == getattr(model, f) for f in trace.TraceEvent._fields)
+    assert {type(e) for e in trace.read_events(path, [])} == {SemanticEvent}
+    path.write_text(json.dumps(event) + "\n")
+    assert type(trace.read_events(path, [])[0]) is trace.TraceEvent
+
+
+def test_unhashable_schema_is_an_unknown_schema(tmp_path):
+    from neuraldbg_cli.errors import NeuraldbgError
+
+    path = tmp_path / "events.jsonl"
+    path.write_text(json.dumps({**EVENT, "step": 1, "schema": [1]}) + "\n")
+    with pytest.raises(NeuraldbgError, match="uses event schema"):
+        trace.read_events(path, [])
