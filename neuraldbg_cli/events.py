@@ -103,9 +103,10 @@ ACT_FIELDS = ("n", "mean", "std", "min", "max", "zero_frac", "dead_frac", "sat01
 @dataclass(slots=True)
 class ActStats:
     """Full statistics of one tensor on a sampled step. dead_frac: units never > 0 over the batch;
-    sat01/sat11: fraction near the rails of a [0,1] / [-1,1] activation (zero_frac and the sat fractions
-    are measured on activations only, on a sample of 64K elements; 0 elsewhere). nonfinite: the count of
-    NaN/Inf values for input data, elsewhere 1.0 for "at least one"."""
+    sat01/sat11: fraction near the rails of a [0,1] / [-1,1] activation. Min, max and the fractions are
+    measured on activations and input data only (NaN and 0 elsewhere); an activation's min and fractions
+    on an evenly spread sample of 16K elements. nonfinite: the count of NaN/Inf values for input data,
+    elsewhere 1.0 for "at least one"."""
 
     n: float
     mean: float
@@ -124,7 +125,7 @@ class GradStats:
     norm: Optional[float]  # None: no parameter of the module had a .grad
     numel: int
     weight_norm: Optional[float] = None  # L2, sampled steps only
-    weight_l1: Optional[float] = None  # L1, sampled steps only: with the L2 norm, a fingerprint of the weights
+    weight_l1: Optional[float] = None  # L1 of a 16K-element sample of the weights: with the L2, a fingerprint
 
 
 @dataclass

@@ -309,7 +309,7 @@ class Monitor:
 
     def _observe_weights(self, rec: StepRecord) -> None:
         """Unchanged = a module that had a gradient at some step since the last sample, yet whose weights
-        are bit-identical to that sample's (the same L2 and L1 norms). Comparing samples, not one
+        are bit-identical to that sample's (the same L2 norm, and L1 norm of a sample). Comparing samples, not one
         optimizer step, also catches weights that something puts back after each step. Layers whose
         gradient vanished are left to the gradient classifier."""
         for (root, name), gs in rec.grads.items():

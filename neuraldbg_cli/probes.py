@@ -11,6 +11,7 @@ This module and tensorstats are the only ones that import torch."""
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import sys
 import weakref
@@ -131,7 +132,7 @@ class _Root:
         self.name = name
         self.ref = weakref.ref(module)
         self.cls = type(module).__name__
-        self.observed: dict[int, tuple[str, int, int]] = {}  # id(module) -> (name, flags, kind)
+        self.observed: dict[int, tuple[str, int, int, tuple]] = {}  # id(module) -> (name, flags, kind, key)
         self.containers: dict[int, str] = {}  # id(module) -> name, modules without own params or compute
         self.modules: dict[str, ModuleInfo] = {}
         self.params: list[tuple[str, torch.nn.Parameter]] = []  # trainable, deduplicated
@@ -190,6 +191,7 @@ class Probe:
         # per optimizer, dropped with it: (param ids, params, owners, id set, len(_pinfo))
         self._opt_cache: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
         self._all: tuple[int, list, tuple, frozenset] = (-1, [], (), frozenset())  # every root's params
+        self._samples: tuple[list[int], list[torch.Tensor]] = ([], [])  # _weight_samples: data pointers, views
         self.step = 0
         self._buf = _Buffer(0, self.schedule(0))
         self._pending: list[_Buffer] = []
@@ -308,17 +310,18 @@ class Probe:
     def _observe_output(self, root: _Root, module: torch.nn.Module, entry: tuple, args: tuple, output: Any) -> None:
         """Activations are attributed to the layer they follow (the last module with parameters), so a
         shared `self.act` or a functional F.relu still points at the layer whose units are dead."""
-        name, flags, kind = entry
+        name, flags, kind, out_key = entry
         buf = self._buf
         layer, prev_out = self._prev
-        if kind == PARAMS and buf.sampled and layer is not None:
+        if kind == PARAMS and buf.sampled and layer is not None and not flags & CHEAP_ONLY:
             x = _first_float(args)  # the tensor entering this layer: a functional activation's output
+            # (not for a normalisation layer: what enters it is the residual stream, not an activation)
             if x is not None and x is not prev_out and x.numel() > 0:
                 self._add_once((root.name, layer, "activation"), x, DEAD | SAT)
         t = _first_float(output)
         act = flags & (DEAD | SAT)  # an activation function
         if t is not None and t.numel() > 0 and (act or t is not prev_out):  # in-place activations: same tensor
-            key = (root.name, layer, "activation") if act and layer is not None else (root.name, name, "output")
+            key = (root.name, layer, "activation") if act and layer is not None else out_key
             if kind == PARAMS or (act and buf.sampled):
                 self._add_once(key, t, flags)
             elif kind == OTHER or prev_out is None or _first_float(args) is not prev_out:
@@ -366,7 +369,7 @@ class Probe:
             tname = type(m).__name__
             flags = (DEAD if tname in RELU_LIKE else CHEAP_ONLY if tname in NORMS else 0) | SAT_FLAGS.get(tname, 0)
             kind = PARAMS if own else SAFE if tname in FINITE_PRESERVING else OTHER
-            root.observed[id(m)] = (name, flags, kind)
+            root.observed[id(m)] = (name, flags, kind, (root.name, name, "output"))
             fresh = [p for p in own if id(p) not in self._pinfo]
             for p in fresh:
                 self._pinfo[id(p)] = (root.name, name)
@@ -403,8 +406,8 @@ class Probe:
             else:
                 info.params += numel
                 info.weight_ndim2 = info.weight_ndim2 or matrix
-            flags = root.observed.get(id(m), (name, 0, PARAMS))[1]
-            root.observed[id(m)] = (name, flags, PARAMS)
+            flags = root.observed.get(id(m), (name, 0))[1]
+            root.observed[id(m)] = (name, flags, PARAMS, (root.name, name, "output"))
             root.containers.pop(id(m), None)
             self._models_dirty = True
 
@@ -606,12 +609,21 @@ class Probe:
         params, owners, ids = self._all_params()
         if not buf.scaled and not ids <= buf.covered:  # outside an optimizer step, a GradScaler's gradients are still scaled
             self._grad_norms(buf, [p for p in params if id(p) not in buf.covered])
-        if buf.sampled and params:  # L2 and L1 norms: a fingerprint that changes whenever a weight does
+        if buf.sampled and params:  # fingerprint: L2 norm, and L1 of a sample to tell norm-keeping changes
             with torch.no_grad():
                 norms = torch._foreach_norm(params)
-                l1 = torch._foreach_norm(params, 1)
+                l1 = torch._foreach_norm(self._weight_samples(params), 1)
             buf.extend("weight", owners, list(norms))
             buf.extend("weight_l1", owners, list(l1))
+
+    def _weight_samples(self, params: list) -> list[torch.Tensor]:
+        """ts.sample() views of every weight, kept while each weight keeps its storage (building the views
+        costs a few ops per parameter; `p.data = ...` gives a weight new storage, and a new view)."""
+        ptrs = [p.data_ptr() for p in params]
+        if self._samples[0] != ptrs:
+            self._samples = (ptrs, [ts.sample(p.detach().view(-1)) if p.is_contiguous() else p.detach()
+                                    for p in params])
+        return self._samples[1]
 
     def _grad_norms(self, buf: _Buffer, params: list, owners: Optional[tuple] = None,
                     ids: Optional[frozenset] = None) -> None:
@@ -695,11 +707,9 @@ class Probe:
 def _place(rec: StepRecord, what: str, key: tuple, chunk: list[float], extra: Any = None) -> None:
     if what == "loss":
         rec.loss = chunk[0]
-    elif what == "cheap":
-        site = key
-        if not isinstance(rec.acts.get(site), ActStats):
-            prev = rec.acts.get(site, 0.0)
-            rec.acts[site] = prev + chunk[0]
+    elif what == "cheap":  # only a non-finite check: a finite one says nothing, and is most of the values
+        if not math.isfinite(chunk[0]) and not isinstance(rec.acts.get(key), ActStats):
+            rec.acts[key] = chunk[0]
     elif what == "full":
         if not isinstance(rec.acts.get(key), ActStats):
             rec.acts[key] = ts.act_stats(chunk, extra)
