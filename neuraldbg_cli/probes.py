@@ -7,11 +7,12 @@ per output where a NaN could be made (a NaN/Inf anywhere makes it non-finite, so
 one fused gradient norm per parameter; sampled steps add activation, weight and data statistics. Forward
 passes with gradients disabled (validation, inference) are not observed.
 
-This module and tensorstats are the only ones that import torch."""
+Its torch-side helpers: tensorstats (the statistics), roots (which model a module belongs to, and its
+names), records (step buffers and their trip to the host); hookset undoes every hook. No other module
+imports torch."""
 from __future__ import annotations
 
 import itertools
-import math
 import os
 import sys
 import weakref
@@ -23,8 +24,11 @@ from torch.nn.modules import module as _module
 from torch.optim import optimizer as _optimizer
 
 from neuraldbg_cli import tensorstats as ts
-from neuraldbg_cli.events import ActStats, GradStats, ModelInfo, ModuleInfo, StepRecord
-from neuraldbg_cli.tensorstats import CHEAP_ONLY, DEAD, EXACT, FINITE_PRESERVING, NORMS, RELU_LIKE, SAT, SAT_FLAGS
+from neuraldbg_cli.events import ModelInfo, StepRecord
+from neuraldbg_cli.hookset import HookSet
+from neuraldbg_cli.records import StepBuffer, to_records
+from neuraldbg_cli.roots import OTHER, PARAMS, Root, find_owner, first_float, register_root, rescan_root
+from neuraldbg_cli.tensorstats import CHEAP_ONLY, DEAD, EXACT, SAT
 
 # True while torch.compile traces: the hooks then do nothing, so the compiled graph holds no neuraldbg code
 _compiling: Callable[[], bool] = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
@@ -33,139 +37,6 @@ _compiling: Callable[[], bool] = getattr(getattr(torch, "compiler", None), "is_c
 def every_n(n: int, warmup: int = 10) -> Callable[[int], bool]:
     """Schedule: the first `warmup` steps (most failures start at initialisation), then every n-th."""
     return lambda step: step < warmup or step % n == 0
-
-
-class HookSet:
-    """Owns every handle and monkeypatch; `remove()` undoes all of them, idempotently, even on error."""
-
-    def __init__(self) -> None:
-        self._undo: list[Callable[[], None]] = []
-
-    def add(self, handle: Any) -> None:
-        self._undo.append(handle.remove)
-
-    def patch(self, owner: Any, name: str, replacement: Any) -> None:
-        original = owner.__dict__[name]
-        setattr(owner, name, replacement)
-        self._undo.append(lambda: setattr(owner, name, original))
-
-    def remove(self) -> None:
-        while self._undo:
-            undo = self._undo.pop()
-            try:
-                undo()
-            except Exception:  # noqa: BLE001 - keep undoing the rest
-                pass
-
-    def __enter__(self) -> "HookSet":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.remove()
-
-
-def _first_float(obj: Any, depth: int = 0) -> Optional[torch.Tensor]:
-    """The primary floating tensor of a module output (tensor, tuple, list, dict, dataclass-ish)."""
-    if isinstance(obj, torch.Tensor):
-        return obj if obj.is_floating_point() and obj.layout == torch.strided else None
-    if depth > 2:
-        return None
-    if isinstance(obj, (tuple, list)):
-        items = obj
-    elif isinstance(obj, dict):
-        items = obj.values()
-    elif hasattr(obj, "__dataclass_fields__"):
-        items = [getattr(obj, f, None) for f in obj.__dataclass_fields__]
-    else:
-        return None
-    for item in items:
-        t = _first_float(item, depth + 1)
-        if t is not None:
-            return t
-    return None
-
-
-def _compiled_inner(module: torch.nn.Module) -> Optional[torch.nn.Module]:
-    """The model inside a torch.compile(model) wrapper (an OptimizedModule), else None."""
-    inner = module.__dict__.get("_modules", {}).get("_orig_mod") if type(module).__name__ == "OptimizedModule" else None
-    return inner if isinstance(inner, torch.nn.Module) else None
-
-
-_SKIP_FRAMES = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
-
-
-def _find_owner(module: torch.nn.Module) -> Optional[torch.nn.Module]:
-    """The model a part belongs to when the script calls `model.generator(z)` but never `model(...)`:
-    the largest nn.Module held in the calling frames (locals, or attributes of `self`) that contains it,
-    so modules are named `generator.0` as in the model's named_modules(). Runs once per new root."""
-    try:
-        return _search_frames(module, sys._getframe(2))
-    except Exception:  # noqa: BLE001 - naming is best effort
-        return None
-
-
-def _search_frames(module: torch.nn.Module, frame: Any) -> Optional[torch.nn.Module]:
-    best, best_size = None, 0
-    for _ in range(12):
-        if frame is None:
-            break
-        if not frame.f_code.co_filename.startswith(_SKIP_FRAMES):
-            values = list(frame.f_locals.values())
-            values += [v for obj in values if not isinstance(obj, torch.nn.Module) and hasattr(obj, "__dict__")
-                       and not isinstance(obj, type) for v in list(vars(obj).values())[:50]]
-            for cand in values:
-                if isinstance(cand, torch.nn.Module) and cand is not module:
-                    mods = list(cand.modules())
-                    if len(mods) > best_size and any(m is module for m in mods):
-                        best, best_size = cand, len(mods)
-        frame = frame.f_back
-    return best
-
-
-PARAMS, SAFE, OTHER = 0, 1, 2  # an observed module: has parameters; finite-preserving; anything else
-
-
-class _Root:
-    """A root model: the outermost module called with gradients on. Names come from its named_modules()."""
-
-    def __init__(self, name: str, module: torch.nn.Module) -> None:
-        self.name = name
-        self.ref = weakref.ref(module)
-        self.cls = type(module).__name__
-        self.observed: dict[int, tuple[str, int, int, tuple]] = {}  # id(module) -> (name, flags, kind, key)
-        self.containers: dict[int, str] = {}  # id(module) -> name, modules without own params or compute
-        self.modules: dict[str, ModuleInfo] = {}
-        self.params: list[tuple[str, torch.nn.Parameter]] = []  # trainable, deduplicated
-        self.order: list[str] = []
-        self._ordered: set[str] = set()
-        self.n_modules = 0
-        self.n_params = 0
-
-
-class _Buffer:
-    """Device tensors of one step plus the host-side layout that tells what each value is."""
-
-    __slots__ = ("step", "sampled", "parts", "layout", "losses", "seen", "covered", "scale", "scaled", "active")
-
-    def __init__(self, step: int, sampled: bool) -> None:
-        self.step, self.sampled = step, sampled
-        self.parts: list[torch.Tensor] = []  # 0-d (or 1-d) device tensors, in layout order
-        self.layout: list[tuple[str, tuple, int, Any]] = []  # (what, key, number of values, extra)
-        self.losses: list[torch.Tensor] = []
-        self.seen: set[tuple] = set()
-        self.covered: set[int] = set()  # params whose gradient was read at an optimizer's pre-step
-        self.active: set[str] = set()  # roots whose forward ran in this step
-        self.scale: Optional[float] = None
-        self.scaled = False  # a GradScaler-scaled backward happened in this step
-
-    def add(self, what: str, key: tuple, t: torch.Tensor) -> None:
-        self.parts.append(t)
-        self.layout.append((what, key, t.numel(), None))
-
-    def extend(self, what: str, key: Any, ts: list[torch.Tensor], extra: Any = None) -> None:
-        """Several 0-d tensors as one entry (no per-entry stack: the transfer stacks everything once)."""
-        self.parts.extend(ts)
-        self.layout.append((what, key, len(ts), extra))
 
 
 class Probe:
@@ -177,8 +48,8 @@ class Probe:
         self.every = every
         self.schedule = every_n(every)
         self.pid = os.getpid()
-        self.roots: list[_Root] = []
-        self._index: dict[int, tuple[_Root, str]] = {}  # id(module) of every module of a root
+        self.roots: list[Root] = []
+        self._index: dict[int, tuple[Root, str]] = {}  # id(module) of every module of a root
         self._class_count: dict[str, int] = defaultdict(int)
         self._pinfo: dict[int, tuple[str, str]] = {}  # id(param) -> (root name, module name)
         self.optimizers: "weakref.WeakSet[torch.optim.Optimizer]" = weakref.WeakSet()
@@ -193,10 +64,10 @@ class Probe:
         self._all: tuple[int, list, tuple, frozenset] = (-1, [], (), frozenset())  # every root's params
         self._samples: tuple[list[int], list[torch.Tensor]] = ([], [])  # _weight_samples: data pointers, views
         self.step = 0
-        self._buf = _Buffer(0, self.schedule(0))
-        self._pending: list[_Buffer] = []
+        self._buf = StepBuffer(0, self.schedule(0))
+        self._pending: list[StepBuffer] = []
         self._depth = 0
-        self._cur: Optional[_Root] = None
+        self._cur: Optional[Root] = None
         self._prev: tuple[Optional[str], Optional[torch.Tensor]] = (None, None)
         self._in_backward = False
         self._scaled: set[int] = set()
@@ -270,7 +141,7 @@ class Probe:
             if not any(p.requires_grad for p in module.parameters()):
                 self._observe_target(args)  # a loss module: its second argument is the target
                 return
-            owner = _find_owner(module)
+            owner = find_owner(module)
             root = self._register(owner or module)
             hit = self._index.get(id(module)) if owner is not None else None
         else:
@@ -280,7 +151,7 @@ class Probe:
         self._buf.active.add(root.name)
         self._prev = (None, None)
         if hit is None or hit[1] == "":  # the root model itself, not one of its parts called alone
-            x = _first_float(args)
+            x = first_float(args)
             if x is not None and x.numel() > 0:
                 self._add_once((root.name, "", "input"), x, EXACT)
 
@@ -307,24 +178,24 @@ class Probe:
         if self._depth == 0:
             self._cur, self._prev = None, (None, None)
 
-    def _observe_output(self, root: _Root, module: torch.nn.Module, entry: tuple, args: tuple, output: Any) -> None:
+    def _observe_output(self, root: Root, module: torch.nn.Module, entry: tuple, args: tuple, output: Any) -> None:
         """Activations are attributed to the layer they follow (the last module with parameters), so a
         shared `self.act` or a functional F.relu still points at the layer whose units are dead."""
         name, flags, kind, out_key = entry
         buf = self._buf
         layer, prev_out = self._prev
         if kind == PARAMS and buf.sampled and layer is not None and not flags & CHEAP_ONLY:
-            x = _first_float(args)  # the tensor entering this layer: a functional activation's output
+            x = first_float(args)  # the tensor entering this layer: a functional activation's output
             # (not for a normalisation layer: what enters it is the residual stream, not an activation)
             if x is not None and x is not prev_out and x.numel() > 0:
                 self._add_once((root.name, layer, "activation"), x, DEAD | SAT)
-        t = _first_float(output)
+        t = first_float(output)
         act = flags & (DEAD | SAT)  # an activation function
         if t is not None and t.numel() > 0 and (act or t is not prev_out):  # in-place activations: same tensor
             key = (root.name, layer, "activation") if act and layer is not None else out_key
             if kind == PARAMS or (act and buf.sampled):
                 self._add_once(key, t, flags)
-            elif kind == OTHER or prev_out is None or _first_float(args) is not prev_out:
+            elif kind == OTHER or prev_out is None or first_float(args) is not prev_out:
                 buf.parts.append(ts.cheap(t))  # no statistics of its own, but a NaN made here is seen here
                 buf.layout.append(("cheap", key, 1, None))
         self._prev = (name if kind == PARAMS or not act else layer, t)  # activations keep the layer's name
@@ -332,8 +203,8 @@ class Probe:
             root._ordered.add(name)
             root.order.append(name)
 
-    def _observe_container(self, root: _Root, name: str, output: Any) -> None:
-        t = _first_float(output)
+    def _observe_container(self, root: Root, name: str, output: Any) -> None:
+        t = first_float(output)
         if t is not None and t is not self._prev[1] and t.numel() > 0:  # a Sequential just passes its last output
             self._buf.add("cheap", (root.name, name, "output"), ts.cheap(t))
         if name not in root._ordered:
@@ -351,64 +222,14 @@ class Probe:
             buf.parts.append(ts.cheap(x))
             buf.layout.append(("cheap", key, 1, None))
 
-    def _register(self, module: torch.nn.Module) -> _Root:
-        wrapper, module = module, _compiled_inner(module) or module  # torch.compile(model): name the model itself
-        cls = type(module).__name__
-        k = self._class_count[cls]
-        self._class_count[cls] += 1
-        root = _Root(cls if k == 0 else f"{cls}#{k}", module)
-        for name, m in module.named_modules():
-            root.n_modules += 1
-            self._index.setdefault(id(m), (root, name))
-            own = [p for p in m.parameters(recurse=False) if p.requires_grad]
-            leaf = next(iter(m.children()), None) is None
-            if not own and not leaf:
-                if name:
-                    root.containers[id(m)] = name  # only a non-finite check: a NaN made in its own code
-                continue
-            tname = type(m).__name__
-            flags = (DEAD if tname in RELU_LIKE else CHEAP_ONLY if tname in NORMS else 0) | SAT_FLAGS.get(tname, 0)
-            kind = PARAMS if own else SAFE if tname in FINITE_PRESERVING else OTHER
-            root.observed[id(m)] = (name, flags, kind, (root.name, name, "output"))
-            fresh = [p for p in own if id(p) not in self._pinfo]
-            for p in fresh:
-                self._pinfo[id(p)] = (root.name, name)
-                root.params.append((name, p))
-            numel = sum(p.numel() for p in fresh)
-            root.n_params += numel
-            is_matrix = any(p.dim() >= 2 for p in fresh) and tname not in ("Embedding", "EmbeddingBag")
-            root.modules[name] = ModuleInfo(name=name, type=tname, params=numel, weight_ndim2=is_matrix)
-        self._index.setdefault(id(wrapper), (root, ""))
+    def _register(self, module: torch.nn.Module) -> Root:
+        root = register_root(module, self._class_count, self._index, self._pinfo)
         self.roots.append(root)
         self._models_dirty = True
         return root
 
-    def _rescan(self, root: _Root) -> None:
-        """Parameters unfrozen or added after the model was first seen (staged fine-tuning) join in;
-        a sampled step is often enough for that."""
-        module = root.ref()
-        if module is None or all(id(p) in self._pinfo or not p.requires_grad for p in module.parameters()):
-            return
-        for name, m in module.named_modules():
-            new = [p for p in m.parameters(recurse=False) if p.requires_grad and id(p) not in self._pinfo]
-            if not new:
-                continue
-            for p in new:
-                self._pinfo[id(p)] = (root.name, name)
-                root.params.append((name, p))
-            numel = sum(p.numel() for p in new)
-            root.n_params += numel
-            tname = type(m).__name__
-            matrix = any(p.dim() >= 2 for p in new) and tname not in ("Embedding", "EmbeddingBag")
-            info = root.modules.get(name)
-            if info is None:
-                root.modules[name] = ModuleInfo(name=name, type=tname, params=numel, weight_ndim2=matrix)
-            else:
-                info.params += numel
-                info.weight_ndim2 = info.weight_ndim2 or matrix
-            flags = root.observed.get(id(m), (name, 0))[1]
-            root.observed[id(m)] = (name, flags, PARAMS, (root.name, name, "output"))
-            root.containers.pop(id(m), None)
+    def _rescan(self, root: Root) -> None:
+        if rescan_root(root, self._pinfo):
             self._models_dirty = True
 
     # ---- backward, loss, GradScaler ----
@@ -500,7 +321,7 @@ class Probe:
             try:
                 trainable = any(p.requires_grad for p in module.parameters())
                 if probe._mine() and id(module) not in probe._index and trainable:
-                    probe._register(_find_owner(module) or module)  # the whole model when a part is compiled
+                    probe._register(find_owner(module) or module)  # the whole model when a part is compiled
             except Exception as e:  # noqa: BLE001
                 probe._fault("forward", e)
 
@@ -585,7 +406,7 @@ class Probe:
     def _advance(self) -> None:
         self._finalize()
         self.step += 1
-        self._buf = _Buffer(self.step, self.schedule(self.step))
+        self._buf = StepBuffer(self.step, self.schedule(self.step))
 
     def _finalize(self) -> None:
         """Close the current step: add gradient (and on sampled steps weight) statistics, queue it."""
@@ -605,7 +426,7 @@ class Probe:
         if buf.sampled or len(self._pending) >= self.every:
             self.flush()
 
-    def _grad_stats(self, buf: _Buffer) -> None:
+    def _grad_stats(self, buf: StepBuffer) -> None:
         params, owners, ids = self._all_params()
         if not buf.scaled and not ids <= buf.covered:  # outside an optimizer step, a GradScaler's gradients are still scaled
             self._grad_norms(buf, [p for p in params if id(p) not in buf.covered])
@@ -625,7 +446,7 @@ class Probe:
                                     for p in params])
         return self._samples[1]
 
-    def _grad_norms(self, buf: _Buffer, params: list, owners: Optional[tuple] = None,
+    def _grad_norms(self, buf: StepBuffer, params: list, owners: Optional[tuple] = None,
                     ids: Optional[frozenset] = None) -> None:
         """One fused norm over every gradient present; params without .grad are simply absent."""
         grads = [p.grad for p in params]
@@ -649,7 +470,7 @@ class Probe:
         if not pending:
             return
         try:
-            records = self._to_host(pending)
+            records = to_records(pending, grads_observed="grads" not in self._off)
         except Exception as e:  # noqa: BLE001
             self._fault("transfer", e)
             return
@@ -658,38 +479,11 @@ class Probe:
             self.on_models()
         self.on_steps(records)
 
-    def _to_host(self, pending: list[_Buffer]) -> list[StepRecord]:
-        tensors: list[torch.Tensor] = []
-        for buf in pending:
-            if buf.losses:
-                loss = buf.losses[0] if len(buf.losses) == 1 else torch.stack(buf.losses).mean()
-                buf.add("loss", ("", "", "loss"), loss.reshape(()))
-            tensors.extend(buf.parts)
-        values = ts.host_values(tensors)
-        records, i = [], 0
-        # without gradient observation, a sampled step would read as "no gradient anywhere"
-        full = "grads" not in self._off
-        for buf in pending:
-            rec = StepRecord(step=buf.step, sampled=buf.sampled and full, active=buf.active)
-            for what, key, length, extra in buf.layout:
-                chunk = values[i:i + length]
-                i += length
-                _place(rec, what, key, chunk, extra)
-            records.append(rec)
-        return records
-
     # ---- description for the run directory ----
 
     def models(self) -> list[ModelInfo]:
-        in_opt = self._optimized_param_ids()
-        out = []
-        for root in self.roots:
-            for name, p in root.params:
-                if id(p) in in_opt:
-                    root.modules[name].in_optimizer = True
-            out.append(ModelInfo(name=root.name, cls=root.cls, modules=root.modules, n_modules=root.n_modules,
-                                 n_params=root.n_params, order=list(root.order)))
-        return out
+        optimized = self._optimized_param_ids()
+        return [root.info(optimized) for root in self.roots]
 
     def optimizer_info(self) -> list[dict[str, Any]]:
         """Every optimizer the run used, also those already garbage-collected (a pre-training phase's)."""
@@ -703,35 +497,3 @@ class Probe:
     def _optimized_param_ids(self) -> set[int]:
         return {id(p) for opt in list(self.optimizers) for g in opt.param_groups for p in g["params"]}
 
-
-def _place(rec: StepRecord, what: str, key: tuple, chunk: list[float], extra: Any = None) -> None:
-    if what == "loss":
-        rec.loss = chunk[0]
-    elif what == "cheap":  # only a non-finite check: a finite one says nothing, and is most of the values
-        if not math.isfinite(chunk[0]) and not isinstance(rec.acts.get(key), ActStats):
-            rec.acts[key] = chunk[0]
-    elif what == "full":
-        if not isinstance(rec.acts.get(key), ActStats):
-            rec.acts[key] = ts.act_stats(chunk, extra)
-    elif what == "grad":
-        _accumulate(rec, key, chunk, "norm")
-    elif what == "weight":
-        _accumulate(rec, key, chunk, "weight_norm")
-    elif what == "weight_l1":
-        _accumulate(rec, key, chunk, "weight_l1", linear=True)
-
-
-def _accumulate(rec: StepRecord, owners: tuple, norms: list[float], attr: str, linear: bool = False) -> None:
-    """Per-parameter norms -> per-module norm: sqrt of the sum of squares (L2), or the sum (L1)."""
-    acc: dict[tuple[str, str], float] = defaultdict(float)
-    for owner, v in zip(owners, norms):
-        acc[owner] += v if linear else v * v
-    for owner, s in acc.items():
-        gs = rec.grads.get(owner)
-        if gs is None:
-            gs = rec.grads[owner] = GradStats(norm=None, numel=0)
-        prev = getattr(gs, attr)
-        if linear:
-            setattr(gs, attr, s if prev is None else prev + s)
-        else:
-            setattr(gs, attr, s ** 0.5 if prev is None else (prev * prev + s) ** 0.5)
