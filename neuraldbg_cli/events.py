@@ -125,7 +125,7 @@ class GradStats:
     norm: Optional[float]  # None: no parameter of the module had a .grad
     numel: int
     weight_norm: Optional[float] = None  # L2, sampled steps only
-    weight_l1: Optional[float] = None  # L1 of a 16K-element sample of the weights: with the L2, a fingerprint
+    checksum: Optional[tuple] = None  # per parameter, sampled steps: changes whenever any weight does
 
 
 @dataclass

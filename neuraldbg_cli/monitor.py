@@ -163,7 +163,7 @@ class Monitor:
         self.grad_base: dict[tuple, list[float]] = {}
         self.act_base: dict[tuple, list[float]] = {}
         self.data_base: dict[tuple, list[tuple[float, float]]] = {}
-        self.last_weights: dict[tuple, tuple] = {}  # (L2, L1) norms at the last sample
+        self.last_weights: dict[tuple, tuple] = {}  # checksums at the last sample
         self.got_grad: set[tuple] = set()
         self.grad_since: dict[tuple, float] = {}  # largest gradient RMS since the last sample
         self.first_losses: list[float] = []
@@ -309,7 +309,7 @@ class Monitor:
 
     def _observe_weights(self, rec: StepRecord) -> None:
         """Unchanged = a module that had a gradient at some step since the last sample, yet whose weights
-        are bit-identical to that sample's (the same L2 norm, and L1 norm of a sample). Comparing samples, not one
+        are bit-identical to that sample's (the same checksum of every parameter). Comparing samples, not one
         optimizer step, also catches weights that something puts back after each step. Layers whose
         gradient vanished are left to the gradient classifier."""
         for (root, name), gs in rec.grads.items():
@@ -317,9 +317,9 @@ class Monitor:
                 continue
             key = ("weights", root, name)
             prev = self.last_weights.get(key)
-            now = self.last_weights[key] = (gs.weight_norm, gs.weight_l1)
+            now = self.last_weights[key] = gs.checksum
             grad = self.grad_since.pop((root, name), None)
-            if prev is None or grad is None:
+            if prev is None or now is None or grad is None:
                 continue  # nothing to compare, or nothing pushed it since
             machine = self.machines.get(("grad", root, name))
             if machine is not None and (machine.state != GradState.healthy.value or machine.cand is not None):

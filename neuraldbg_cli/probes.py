@@ -62,7 +62,7 @@ class Probe:
         # per optimizer, dropped with it: (param ids, params, owners, id set, len(_pinfo))
         self._opt_cache: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
         self._all: tuple[int, list, tuple, frozenset] = (-1, [], (), frozenset())  # every root's params
-        self._samples: tuple[list[int], list[torch.Tensor]] = ([], [])  # _weight_samples: data pointers, views
+        self._views: tuple[list[int], list] = ([], [])  # _bit_views: data pointers, views
         self.step = 0
         self._buf = StepBuffer(0, self.schedule(0))
         self._pending: list[StepBuffer] = []
@@ -430,21 +430,23 @@ class Probe:
         params, owners, ids = self._all_params()
         if not buf.scaled and not ids <= buf.covered:  # outside an optimizer step, a GradScaler's gradients are still scaled
             self._grad_norms(buf, [p for p in params if id(p) not in buf.covered])
-        if buf.sampled and params:  # fingerprint: L2 norm, and L1 of a sample to tell norm-keeping changes
+        if buf.sampled and params:  # weight norms, and checksums that tell whether any weight moved
             with torch.no_grad():
                 norms = torch._foreach_norm(params)
-                l1 = torch._foreach_norm(self._weight_samples(params), 1)
+                sums = ts.checksums(self._bit_views(params))
             buf.extend("weight", owners, list(norms))
-            buf.extend("weight_l1", owners, list(l1))
+            if isinstance(sums, torch.Tensor):
+                buf.add("checksum", owners, sums)
+            else:
+                buf.extend("checksum", owners, sums)
 
-    def _weight_samples(self, params: list) -> list[torch.Tensor]:
-        """ts.sample() views of every weight, kept while each weight keeps its storage (building the views
-        costs a few ops per parameter; `p.data = ...` gives a weight new storage, and a new view)."""
+    def _bit_views(self, params: list) -> list[Optional[torch.Tensor]]:
+        """ts.bit_views() of every weight, kept while each weight keeps its storage (building them costs
+        ops per parameter; `p.data = ...` gives a weight new storage, and new views)."""
         ptrs = [p.data_ptr() for p in params]
-        if self._samples[0] != ptrs:
-            self._samples = (ptrs, [ts.sample(p.detach().view(-1)) if p.is_contiguous() else p.detach()
-                                    for p in params])
-        return self._samples[1]
+        if self._views[0] != ptrs:
+            self._views = (ptrs, ts.bit_views(params))
+        return self._views[1]
 
     def _grad_norms(self, buf: StepBuffer, params: list, owners: Optional[tuple] = None,
                     ids: Optional[frozenset] = None) -> None:

@@ -73,21 +73,22 @@ def _place(rec: StepRecord, what: str, key: tuple, chunk: list[float], extra: An
         _accumulate(rec, key, chunk, "norm")
     elif what == "weight":
         _accumulate(rec, key, chunk, "weight_norm")
-    elif what == "weight_l1":
-        _accumulate(rec, key, chunk, "weight_l1", linear=True)
+    elif what == "checksum":  # per parameter, kept apart: the module changed if any of its parameters did
+        for owner, v in zip(key, chunk):
+            gs = rec.grads.get(owner)
+            if gs is None:
+                gs = rec.grads[owner] = GradStats(norm=None, numel=0)
+            gs.checksum = (gs.checksum or ()) + (v,)
 
 
-def _accumulate(rec: StepRecord, owners: tuple, norms: list[float], attr: str, linear: bool = False) -> None:
-    """Per-parameter norms -> per-module norm: sqrt of the sum of squares (L2), or the sum (L1)."""
+def _accumulate(rec: StepRecord, owners: tuple, norms: list[float], attr: str) -> None:
+    """Per-parameter norms -> per-module norm (sqrt of the sum of squares)."""
     acc: dict[tuple[str, str], float] = defaultdict(float)
     for owner, v in zip(owners, norms):
-        acc[owner] += v if linear else v * v
+        acc[owner] += v * v
     for owner, s in acc.items():
         gs = rec.grads.get(owner)
         if gs is None:
             gs = rec.grads[owner] = GradStats(norm=None, numel=0)
         prev = getattr(gs, attr)
-        if linear:
-            setattr(gs, attr, s if prev is None else prev + s)
-        else:
-            setattr(gs, attr, s ** 0.5 if prev is None else (prev * prev + s) ** 0.5)
+        setattr(gs, attr, s ** 0.5 if prev is None else (prev * prev + s) ** 0.5)
