@@ -99,7 +99,7 @@ class Probe:
     def close(self) -> None:
         """Finish the current step, hand over everything pending, remove all hooks."""
         try:
-            if self._buf.parts or self._buf.losses:
+            if self._buf.parts or self._buf.checks or self._buf.losses:
                 self._finalize()
             self.flush()
         finally:
@@ -196,8 +196,7 @@ class Probe:
             if kind == PARAMS or (act and buf.sampled):
                 self._add_once(key, t, flags)
             elif kind == OTHER or prev_out is None or first_float(args) is not prev_out:
-                buf.parts.append(ts.cheap(t))  # no statistics of its own, but a NaN made here is seen here
-                buf.layout.append(("cheap", key, 1, None))
+                buf.check(key, ts.cheap(t))  # no statistics of its own, but a NaN made here is seen here
         self._prev = (name if kind == PARAMS or not act else layer, t)  # activations keep the layer's name
         if name not in root._ordered:
             root._ordered.add(name)
@@ -206,7 +205,7 @@ class Probe:
     def _observe_container(self, root: Root, name: str, output: Any) -> None:
         t = first_float(output)
         if t is not None and t is not self._prev[1] and t.numel() > 0:  # a Sequential just passes its last output
-            self._buf.add("cheap", (root.name, name, "output"), ts.cheap(t))
+            self._buf.check((root.name, name, "output"), ts.cheap(t))
         if name not in root._ordered:
             root._ordered.add(name)
             root.order.append(name)
@@ -219,8 +218,7 @@ class Probe:
             values, lay = ts.full(x, flags)
             buf.extend("full", key, values, lay)
         else:
-            buf.parts.append(ts.cheap(x))
-            buf.layout.append(("cheap", key, 1, None))
+            buf.check(key, ts.cheap(x))
 
     def _register(self, module: torch.nn.Module) -> Root:
         root = register_root(module, self._class_count, self._index, self._pinfo)

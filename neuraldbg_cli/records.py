@@ -16,18 +16,25 @@ from neuraldbg_cli.events import ActStats, GradStats, StepRecord
 class StepBuffer:
     """Device tensors of one step plus the host-side layout that tells what each value is."""
 
-    __slots__ = ("step", "sampled", "parts", "layout", "losses", "seen", "covered", "scale", "scaled", "active")
+    __slots__ = ("step", "sampled", "parts", "layout", "checks", "check_keys", "losses", "seen", "covered", "scale",
+                 "scaled", "active")
 
     def __init__(self, step: int, sampled: bool) -> None:
         self.step, self.sampled = step, sampled
         self.parts: list[torch.Tensor] = []  # 0-d (or 1-d) device tensors, in layout order
         self.layout: list[tuple[str, tuple, int, Any]] = []  # (what, key, number of values, extra)
+        self.checks: list[torch.Tensor] = []  # the cheap non-finite checks (0-d), most of the parts: kept apart
+        self.check_keys: list[tuple] = []
         self.losses: list[torch.Tensor] = []
         self.seen: set[tuple] = set()
         self.covered: set[int] = set()  # params whose gradient was read at an optimizer's pre-step
         self.active: set[str] = set()  # roots whose forward ran in this step
         self.scale: Optional[float] = None
         self.scaled = False  # a GradScaler-scaled backward happened in this step
+
+    def check(self, key: tuple, t: torch.Tensor) -> None:
+        self.checks.append(t)
+        self.check_keys.append(key)
 
     def add(self, what: str, key: tuple, t: torch.Tensor) -> None:
         self.parts.append(t)
@@ -48,6 +55,7 @@ def to_records(pending: list[StepBuffer], grads_observed: bool) -> list[StepReco
             loss = buf.losses[0] if len(buf.losses) == 1 else torch.stack(buf.losses).mean()
             buf.add("loss", ("", "", "loss"), loss.reshape(()))
         tensors.extend(buf.parts)
+        tensors.extend(buf.checks)
     values = ts.host_values(tensors)
     records, i = [], 0
     for buf in pending:
@@ -56,6 +64,12 @@ def to_records(pending: list[StepBuffer], grads_observed: bool) -> list[StepReco
             chunk = values[i:i + length]
             i += length
             _place(rec, what, key, chunk, extra)
+        checks = values[i:i + len(buf.checks)]
+        i += len(buf.checks)
+        if not math.isfinite(sum(checks)):  # a finite check says nothing: only a non-finite one is placed
+            for key, v in zip(buf.check_keys, checks):
+                if not math.isfinite(v) and not isinstance(rec.acts.get(key), ActStats):
+                    rec.acts[key] = v
         records.append(rec)
     return records
 
@@ -63,9 +77,6 @@ def to_records(pending: list[StepBuffer], grads_observed: bool) -> list[StepReco
 def _place(rec: StepRecord, what: str, key: tuple, chunk: list[float], extra: Any = None) -> None:
     if what == "loss":
         rec.loss = chunk[0]
-    elif what == "cheap":  # only a non-finite check: a finite one says nothing, and is most of the values
-        if not math.isfinite(chunk[0]) and not isinstance(rec.acts.get(key), ActStats):
-            rec.acts[key] = chunk[0]
     elif what == "full":
         if not isinstance(rec.acts.get(key), ActStats):
             rec.acts[key] = ts.act_stats(chunk, extra)
