@@ -1,0 +1,74 @@
+"""The on-device statistics against plain definitions: what the monitor judges must mean what it says."""
+import math
+
+import torch
+
+from neuraldbg_cli import tensorstats as ts
+
+
+def checksums(views):
+    c = ts.checksums(views)  # one vector, or 0-d parts when widths differ
+    return ts.host_values(c if isinstance(c, list) else [c])
+
+
+def test_checksum_sees_a_one_ulp_change_anywhere():
+    ps = [torch.randn(300, 200), torch.randn(7), torch.randn(5, dtype=torch.float64), torch.randn(9).half()]
+    views = ts.bit_views(ps)
+    before = checksums(views)
+    assert checksums(views) == before  # deterministic
+    for p in ps:
+        i = p.numel() - 1
+        p.view(-1)[i] = torch.nextafter(p.view(-1)[i], torch.tensor(math.inf, dtype=p.dtype))
+        after = checksums(views)
+        assert after != before
+        before = after
+
+
+def test_checksum_of_float64_made_from_float32_is_not_constant():
+    p = torch.randn(64).double()  # zero low mantissa bits: a 24-bit sum of the raw bits would be 0
+    views = ts.bit_views([p])
+    first = checksums(views)
+    p.mul_(2)
+    assert checksums(views) != first
+
+
+def test_sample_is_a_spread_view():
+    x = torch.arange(1 << 20, dtype=torch.float32)
+    part = ts.sample(x)
+    assert part.numel() == ts.SAMPLE and part.data_ptr() == x.data_ptr()  # a view, no copy
+    assert part.max() > 0.95 * x.numel()  # reaches the end, not just a prefix
+    small = torch.randn(1000)
+    assert ts.sample(small) is small
+
+
+def test_activation_fractions_on_the_sample_match_the_whole():
+    torch.manual_seed(0)
+    x = torch.relu(torch.randn(64, 512, 32) - 0.5).sigmoid()  # big: sampled
+    values, lay = ts.full(x, ts.DEAD | ts.SAT01)
+    s = ts.act_stats(torch.stack(values).tolist(), lay)
+    exact_sat = ((x - 0.5).abs() > 0.48).float().mean().item()
+    assert lay.sampled == ts.SAMPLE < lay.n
+    assert abs(s.sat01 - exact_sat) < 0.02
+    assert math.isclose(s.mean, x.mean().item(), rel_tol=1e-4) and math.isclose(s.std, x.std(unbiased=False).item(), rel_tol=1e-3)
+    assert s.max == x.max().item()  # exact: from the per-unit peaks
+
+
+def test_layer_outputs_keep_mean_and_std_and_flag_non_finite():
+    x = torch.randn(32, 100)
+    s = ts.act_stats(torch.stack(ts.full(x, 0)[0]).tolist(), ts.full(x, 0)[1])
+    assert math.isnan(s.min) and s.nonfinite == 0 and math.isclose(s.mean, x.mean().item(), abs_tol=1e-6)
+    x[3, 4] = math.nan
+    values, lay = ts.full(x, 0)
+    assert ts.act_stats(torch.stack(values).tolist(), lay).nonfinite == 1.0
+
+
+def test_input_data_counts_non_finite_exactly():
+    x = torch.randn(10, 10)
+    x[0, :3] = math.inf
+    values, lay = ts.full(x, ts.EXACT)
+    assert ts.act_stats(torch.stack(values).tolist(), lay).nonfinite == 3
+
+
+def test_host_values_keep_the_parts_order_with_a_vector_among_them():
+    parts = [torch.tensor(1.0), torch.tensor([2.0, 3.0]), torch.tensor(4.0), torch.tensor([5.0])]
+    assert ts.host_values(parts) == [1.0, 2.0, 3.0, 4.0, 5.0]
