@@ -193,10 +193,13 @@ class Probe:
         act = flags & (DEAD | SAT)  # an activation function
         if t is not None and t.numel() > 0 and (act or t is not prev_out):  # in-place activations: same tensor
             key = (root.name, layer, "activation") if act and layer is not None else out_key
-            if kind == PARAMS or (act and buf.sampled):
+            if (kind == PARAMS and not flags & CHEAP_ONLY) or (act and buf.sampled):
                 self._add_once(key, t, flags)
             elif kind == OTHER or prev_out is None or first_float(args) is not prev_out:
                 buf.check(key, ts.cheap(t))  # no statistics of its own, but a NaN made here is seen here
+            # else: finite-preserving and fed the output just checked, so no NaN can start here. Also a
+            # normalisation layer: its weights turn NaN through a gradient (checked every step) or a broken
+            # optimizer update, which then shows at the next layer's check
         self._prev = (name if kind == PARAMS or not act else layer, t)  # activations keep the layer's name
         if name not in root._ordered:
             root._ordered.add(name)
