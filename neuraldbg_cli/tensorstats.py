@@ -183,7 +183,7 @@ def checksums(views: list[Optional[torch.Tensor]]) -> Union[torch.Tensor, list[t
     sums = [v.sum(dtype=torch.int64 if v.dtype is torch.int64 else torch.int32) if v is not None else None
             for v in views]
     try:
-        if None not in sums and len({s.dtype for s in sums}) == 1:
+        if all(s is not None for s in sums) and len({s.dtype for s in sums}) == 1:
             return _fold(torch.stack(sums))  # type: ignore[arg-type]
     except RuntimeError:  # on more than one device
         pass
