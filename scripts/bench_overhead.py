@@ -6,8 +6,9 @@ alternatives a user would pick instead (see scripts/bench_train.py for what each
     .venv/bin/python scripts/bench_overhead.py --models mlp,gpt --modes plain,neuraldbg,every1
     .venv/bin/python scripts/bench_overhead.py --device cuda                     # on a GPU machine
     OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_overhead.py --inprocess     # same-process A/B, ~5 min
-    git show f2f9d74:neuraldbg_cli/probes.py > /tmp/probes_before.py             # ... against an older probes.py
+    git show 61ecc7a:neuraldbg_cli/probes.py > /tmp/probes_before.py             # ... against an older probes.py
     OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_overhead.py --inprocess --baseline-probes /tmp/probes_before.py
+    (the older probes.py must use the current modules: from 61ecc7a on, when roots/records/tensorstats split off)
 
 Method: every configuration is a separate process running scripts/bench_train.py, which times its own
 steps (median over chunks of 10 consecutive steps, so neuraldbg's sampled steps are counted). neuraldbg
