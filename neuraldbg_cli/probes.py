@@ -13,6 +13,7 @@ imports torch."""
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import sys
 import weakref
@@ -32,6 +33,9 @@ from neuraldbg_cli.tensorstats import CHEAP_ONLY, DEAD, EXACT, SAT
 
 # True while torch.compile traces: the hooks then do nothing, so the compiled graph holds no neuraldbg code
 _compiling: Callable[[], bool] = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+
+
+SPARSE_GRADS = {"Embedding", "EmbeddingBag"}
 
 
 def every_n(n: int, warmup: int = 10) -> Callable[[int], bool]:
@@ -63,6 +67,7 @@ class Probe:
         self._opt_cache: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
         self._all: tuple[int, list, tuple, frozenset] = (-1, [], (), frozenset())  # every root's params
         self._views: tuple[list[int], list] = ([], [])  # _bit_views: data pointers, views
+        self._sparse: tuple[int, frozenset] = (-1, frozenset())  # _sparse_ids: len(_pinfo), ids
         self.step = 0
         self._buf = StepBuffer(0, self.schedule(0))
         self._pending: list[StepBuffer] = []
@@ -459,11 +464,35 @@ class Probe:
                     if g is not None and g.layout == torch.strided and id(p) not in buf.covered]
             grads = [grads[i] for i in keep]
             owners = tuple(self._pinfo[id(params[i])] for i in keep)
-        buf.covered.update(ids if ids is not None else map(id, params))
-        if grads:
-            with torch.no_grad():
-                norms = torch._foreach_norm(grads)
-            buf.extend("grad", owners, list(norms))
+            buf.covered.update(ids if ids is not None else map(id, params))
+            params = [params[i] for i in keep]
+        else:
+            buf.covered.update(ids if ids is not None else map(id, params))
+        if not grads:
+            return
+        scale = None
+        if not buf.sampled:  # between samples a big dense gradient's RMS is read off an even sample of it
+            sparse = self._sparse_ids()
+            big = [i for i, (p, g) in enumerate(zip(params, grads))
+                   if g.numel() > 2 * ts.SAMPLE and g.is_contiguous() and id(p) not in sparse]
+            if big:
+                grads, scale = list(grads), [1.0] * len(grads)
+                for i in big:
+                    part = ts.sample(grads[i].view(-1))
+                    scale[i] = math.sqrt(grads[i].numel() / part.numel())
+                    grads[i] = part
+        with torch.no_grad():
+            norms = torch._foreach_norm(grads)
+        buf.extend("grad", owners, list(norms), scale)
+
+    def _sparse_ids(self) -> frozenset:
+        """Parameters whose gradient fills only a few rows (embeddings): always read whole, since a sample
+        could miss every row in the batch and read as no gradient at all."""
+        if self._sparse[0] != len(self._pinfo):
+            types = {(r.name, n): info.type for r in self.roots for n, info in r.modules.items()}
+            self._sparse = (len(self._pinfo), frozenset(
+                pid for pid, owner in self._pinfo.items() if types.get(owner) in SPARSE_GRADS))
+        return self._sparse[1]
 
     # ---- host transfer ----
 

@@ -80,8 +80,8 @@ def _place(rec: StepRecord, what: str, key: tuple, chunk: list[float], extra: An
     elif what == "full":
         if not isinstance(rec.acts.get(key), ActStats):
             rec.acts[key] = ts.act_stats(chunk, extra)
-    elif what == "grad":
-        _accumulate(rec, key, chunk, "norm")
+    elif what == "grad":  # extra: per-parameter factors from a sample's norm to the whole's (None: exact)
+        _accumulate(rec, key, chunk if extra is None else [v * f for v, f in zip(chunk, extra)], "norm")
     elif what == "weight":
         _accumulate(rec, key, chunk, "weight_norm")
     elif what == "checksum":  # per parameter, kept apart: the module changed if any of its parameters did

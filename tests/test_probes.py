@@ -125,3 +125,33 @@ def test_no_hooks_or_patches_left_after_close():
     with Recorder():
         assert torch.autograd.backward is not original
     assert torch.autograd.backward is original and torch.optim.Optimizer.__init__ is init
+
+
+def test_gradient_norms_between_samples_are_close_and_embeddings_exact():
+    """Between samples a big dense gradient is read off an even sample of it; an embedding's, whose rows
+    are mostly zero, always whole (a sample could miss every row of the batch)."""
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(5000, 64)
+            self.fc = nn.Linear(64, 4096)
+
+        def forward(self, idx):
+            return self.fc(self.emb(idx).mean(1))
+
+    model = Net()
+    idx, y = torch.randint(0, 5000, (8, 3)), torch.randn(8, 4096)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # the weights stay put: every step has the same gradient
+    with Recorder(every=100) as rec:
+        _train(model, idx, y, steps=12, opt=opt)
+    exact = {("Net", n): torch.linalg.vector_norm(torch.cat([p.grad.reshape(-1) for p in m.parameters()])).item()
+             for n, m in (("emb", model.emb), ("fc", model.fc))}
+    assert not rec.probe.faults, rec.probe.faults
+    sampled, unsampled = rec.records[0], rec.records[11]  # steps 0-9 are sampled, 11 is not
+    assert sampled.sampled and not unsampled.sampled
+    for key, value in exact.items():
+        assert abs(sampled.grads[key].norm - value) <= 1e-4 * value
+    assert abs(unsampled.grads[("Net", "fc")].norm - exact[("Net", "fc")]) <= 0.05 * exact[("Net", "fc")]
+    assert abs(unsampled.grads[("Net", "emb")].norm - exact[("Net", "emb")]) <= 1e-4 * exact[("Net", "emb")]
