@@ -129,14 +129,6 @@ def act_stats(v: list[float], lay: Layout) -> ActStats:
     return ActStats(1.0, mean, std, mn, mx, zero, dead, sat01, sat11, nonfinite)
 
 
-def n_values(lay: Layout) -> int:
-    if lay.flags & EXACT:
-        return 5
-    if not lay.flags & (DEAD | SAT):
-        return 2
-    return 4 + bool(lay.flags & DEAD) + bool(lay.units) + bool(lay.flags & SAT01) + bool(lay.flags & SAT11)
-
-
 _SCRATCH: list[torch.Tensor] = []
 
 
