@@ -76,6 +76,11 @@ class EventType(str, Enum):
     run_summary = "run_summary"
 
 
+# Every value neuraldbg writes in these fields (others are read too, on the slower path: trace.TraceEvent)
+SITES = ("output", "activation", "gradient", "weights", "input", "target", "loss", "run")
+RUN_STATES = ("running", "finished")  # run_summary's from / to
+
+
 class SemanticEvent(BaseModel):
     """One line of events.jsonl. `from`/`to` are health states; `step` is the step the new state began."""
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from neuraldbg_cli.config import Thresholds
-from neuraldbg_cli.events import (ActState, ActStats, DataState, EventType, GradState, LossState, ModelInfo,
+from neuraldbg_cli.events import (RUN_STATES, ActState, ActStats, DataState, EventType, GradState, LossState, ModelInfo,
                                   SemanticEvent, StepRecord, UpdateState)
 
 HEALTHY = {GradState.healthy.value, ActState.normal.value, LossState.normal.value, DataState.normal.value,
@@ -379,7 +379,7 @@ class Monitor:
                    "best_loss": self.best_loss if math.isfinite(self.best_loss) else None,
                    "last_loss": self.last_loss}
         self.emit(SemanticEvent(type=EventType.run_summary.value, step=max(self.last_step, 0), module=None,
-                                **{"from": "running"}, to="finished", metrics=_rounded(metrics), site="run"))
+                                **{"from": RUN_STATES[0]}, to=RUN_STATES[1], metrics=_rounded(metrics), site="run"))
 
 
 def _describe(key: tuple) -> tuple[str, str, Optional[str], Optional[str]]:

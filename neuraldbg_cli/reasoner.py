@@ -8,20 +8,28 @@ from operator import attrgetter
 from typing import Any, Optional
 
 from neuraldbg_cli.events import EventType, Hypothesis, Kind, ModelSummary, Report
-from neuraldbg_cli.rules import AFTER_START, CAUSES, RULES, Context
+from neuraldbg_cli.rules import AFTER_START, CAUSES, RULES, WINDOWED, Context
 from neuraldbg_cli.trace import RunData
 
 
 def build_context(run: RunData) -> Context:
-    every = run.meta.get("settings", {}).get("every", 10) if isinstance(run.meta.get("settings"), dict) else 10
+    settings = run.meta.get("settings") if isinstance(run.meta.get("settings"), dict) else {}
+    thresholds = settings.get("thresholds") if isinstance(settings.get("thresholds"), dict) else {}
+    every, window = settings.get("every"), thresholds.get("loss_window")
     models = run.models.get("models") if isinstance(run.models.get("models"), list) else []
     opts = run.models.get("optimizers") if isinstance(run.models.get("optimizers"), list) else []
     return Context(events=run.events, models=[m for m in models if isinstance(m, dict)],
-                   optimizers=[o for o in opts if isinstance(o, dict)], every=int(every) if isinstance(every, int) else 10)
+                   optimizers=[o for o in opts if isinstance(o, dict)], every=_count(every, 10),
+                   loss_window=_count(window, 10))
 
 
-def rank(hyps: list[Hypothesis], slack: int) -> list[Hypothesis]:
-    """Demote consequences below causes that started no later (within `slack` steps), then order."""
+def _count(value: object, default: int) -> int:
+    return value if type(value) is int and 0 < value < 1 << 31 else default
+
+
+def rank(hyps: list[Hypothesis], slack: int, loss_window: int = 0) -> list[Hypothesis]:
+    """Demote consequences below causes that started no later (within `slack` steps; a loss oscillation,
+    judged over two windows of `loss_window` losses, cannot be dated earlier than one window in), then order."""
     by_kind = {h.kind: h for h in hyps}
     for cause_kind, effects in CAUSES.items():
         cause = by_kind.get(cause_kind)
@@ -33,7 +41,8 @@ def rank(hyps: list[Hypothesis], slack: int) -> list[Hypothesis]:
                 continue
             if (cause_kind, effect_kind) in AFTER_START and not effect.origin.step:
                 continue
-            if (cause.origin.step or 0) <= (effect.origin.step or 0) + slack:
+            margin = slack + (loss_window if cause_kind in WINDOWED else 0)
+            if (cause.origin.step or 0) <= (effect.origin.step or 0) + margin:
                 effect.confidence = round(min(effect.confidence, cause.confidence - 0.05) * 0.8, 3)
                 effect.caused_by = cause_kind
                 effect.summary += f" Likely a consequence of {cause_kind.value}."
@@ -57,7 +66,7 @@ def steps_observed(run: RunData) -> int:
 def explain(run: RunData, min_confidence: float = 0.5) -> Report:
     ctx = build_context(run)
     hyps = [h for h in (rule(ctx) for rule in RULES) if h is not None]
-    hyps = rank(hyps, slack=ctx.every)
+    hyps = rank(hyps, slack=ctx.every, loss_window=ctx.loss_window)
     steps = steps_observed(run)
     warnings = list(run.warnings)
     state = run.meta.get("status")

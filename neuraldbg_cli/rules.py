@@ -24,6 +24,7 @@ class Context:
     models: list[dict[str, Any]] = field(default_factory=list)  # model.json "models"
     optimizers: list[dict[str, Any]] = field(default_factory=list)
     every: int = 10
+    loss_window: int = 10
     _order: dict[tuple, int] = field(default_factory=dict)
     _positions: dict[tuple[str, str], list[int]] = field(default_factory=dict, init=False)  # (type, to) -> indexes
     _last: dict[tuple, str] = field(default_factory=dict, init=False)  # (type, root, module, site) -> last `to`
@@ -293,9 +294,17 @@ def no_gradient(ctx: Context) -> Optional[Hypothesis]:
     names = _names(evs)
     tips = ["look for .detach(), .data, .item() or torch.no_grad() on the path from these parameters to the loss",
             "check that the module's output is actually used in the loss (not overwritten or multiplied by 0)"]
-    summary = (f"{', '.join(names[:4])}{'…' if len(names) > 4 else ''} never receive a gradient "
-               f"(.grad stays None or zero) from step {origin.step}.")
-    conf = _spread_confidence(0.66, len(first), _still(ctx, evs, "absent"))
+    listed = f"{', '.join(names[:4])}{'…' if len(names) > 4 else ''}"
+    # a gradient that comes back was not cut off (detach, no_grad): whole layers whose activations saturate
+    # or die under a wild optimizer lose it now and then; that is a symptom, ranked below its cause
+    back = {(e.root, e.module) for e in ctx.select(types=[EventType.gradient_health_transition.value])
+            if e.from_ == "absent"} & set(first)
+    if back:
+        summary = (f"{listed} lose their gradient (.grad exactly zero or None) from step {origin.step}, "
+                   f"and get it back now and then.")
+    else:
+        summary = f"{listed} never receive a gradient (.grad stays None or zero) from step {origin.step}."
+    conf = _spread_confidence(0.66, len(first), _still(ctx, evs, "absent")) * (1 - 0.5 * len(back) / len(first))
     return _hyp(Kind.no_gradient, conf, origin, origin.step, summary, evs, tips, names)
 
 
@@ -361,6 +370,8 @@ CAUSES: dict[Kind, tuple[Kind, ...]] = {
 }
 # consequences that can only follow from training itself: not if present from the first step
 AFTER_START: set[tuple[Kind, Kind]] = {(Kind.unstable_loss, Kind.saturated_activation)}
+# causes whose onset is known only to a window of losses (the oscillation test needs two of them)
+WINDOWED: set[Kind] = {Kind.unstable_loss}
 
 
 def _check_rules() -> None:

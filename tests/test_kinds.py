@@ -57,3 +57,16 @@ def test_data_nan_is_the_cause_not_the_first_layer(observe):
 def test_learning_rate_is_read_from_the_run(observe):
     tips = " ".join(observe("plateau.py").top["suggestions"])
     assert "lr=1e-06" in tips and "SGD" in tips
+
+
+def test_every_event_written_takes_the_fast_reader(observe):
+    """Every type, state and site the monitor writes is one TraceEvent knows (trace._TYPE, _STATE, _SITE):
+    real traces of every kind never fall back to the slower pydantic path."""
+    from neuraldbg_cli import trace
+
+    seen = set()
+    for script, _, _ in CASES:
+        events = trace.read_run(observe(script).run_dir).events
+        assert events and all(type(e) is trace.TraceEvent for e in events), script
+        seen |= {(e.type, e.site) for e in events}
+    assert len({t for t, _ in seen}) >= 6 and len({s for _, s in seen}) >= 6, seen

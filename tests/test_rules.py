@@ -58,3 +58,34 @@ def test_select_filters_in_trace_order():
                              (["non_finite"], (), ["output", "activation"])]:
         assert ctx.select(types, to, sites) == [e for e in evs if (not types or e.type in types)
                                                 and (not to or e.to in to) and (not sites or e.site in sites)]
+
+
+def test_gradient_that_comes_back_is_not_cut_off():
+    """A detached layer never gets its gradient back; layers that lose it now and then under a wild optimizer
+    (saturated activations at lr=1.0) rank below the unstable loss that drives them (a CPU-dependent run of
+    tests/assets/unstable.py did this)."""
+    grad = "gradient_health_transition"
+    cut = [ev(grad, 5, m, "healthy", "absent", "gradient", rms=0.0) for m in ("a", "b")]
+    flapping = [ev(grad, s, m, frm, to, "gradient", rms=r) for m in ("a", "b") for s, frm, to, r in
+                [(40, "healthy", "absent", 0.0), (43, "absent", "healthy", 0.01), (50, "healthy", "absent", 0.0)]]
+    loss = [ev("optimizer_instability", 10, None, "normal", "oscillating", "loss", loss=7.5)]
+    rule = next(r for r in RULES if r.__name__ == "no_gradient")
+    assert "never receive" in rule(Context(events=cut)).summary
+    h = rule(Context(events=flapping))
+    assert "get it back" in h.summary and h.confidence < rule(Context(events=cut)).confidence
+    ctx = Context(events=loss + flapping)
+    hyps = rank([h for h in (r(ctx) for r in RULES) if h], slack=10)
+    assert hyps[0].kind == Kind.unstable_loss
+
+
+def test_oscillation_dated_a_window_late_still_causes_saturation():
+    """The oscillation test needs two windows of losses, so its onset can be placed no earlier than one
+    window in: saturation right after the first wild Adam step (step 1) is its consequence even when the
+    oscillation is dated step 12 (unstable_adam_lr05_mlp.py on an AMD CPU did this)."""
+    evs = [ev("activation_regime_shift", 1, m, "normal", "saturated", "activation", sat_frac=0.78) for m in ("a", "b")]
+    evs += [ev("optimizer_instability", 12, None, "normal", "oscillating", "loss", loss=3.8)] * 2
+    ctx = Context(events=evs)
+    hyps = [h for h in (r(ctx) for r in RULES) if h]
+    assert rank([h.model_copy(deep=True) for h in hyps], slack=10)[0].kind == Kind.saturated_activation
+    ranked = rank(hyps, slack=10, loss_window=10)
+    assert ranked[0].kind == Kind.unstable_loss and ranked[1].caused_by == Kind.unstable_loss

@@ -156,7 +156,7 @@ def test_fast_events_are_what_pydantic_makes(tmp_path):
         for ev, obj in zip(events, objs):
             model = SemanticEvent.model_validate(obj)
             assert ev.to_json_dict() == model.to_json_dict()
-            assert all(getattr(ev, f) == getattr(model, f) for f in trace.TraceEvent._fields)
+            assert all(getattr(ev, f) == getattr(model, f) for f in trace.TraceEvent.__struct_fields__)
     assert {type(e) for e in trace.read_events(path, [])} == {SemanticEvent}
     path.write_text(json.dumps(event) + "\n")
     assert type(trace.read_events(path, [])[0]) is trace.TraceEvent
