@@ -128,6 +128,7 @@ class TraceEvent(msgspec.Struct, forbid_unknown_fields=True, frozen=True, gc=Fal
 
 _ALIASES = {"schema_": "schema", "from_": "from"}
 _decode = msgspec.json.Decoder(TraceEvent).decode
+_decode_lines = msgspec.json.Decoder(TraceEvent).decode_lines
 Event = Union[SemanticEvent, TraceEvent]
 
 
@@ -203,24 +204,45 @@ def iter_lines(path: Path) -> Iterator[tuple[int, Optional[bytes], bool]]:
             yield n, line, line.endswith(b"\n")
 
 
-def iter_line_blocks(path: Path) -> Iterator[tuple[int, list[Optional[bytes]], bool]]:
-    """What iter_lines yields, a block at a time and without the newlines (a third of the cost per line):
-    (number of the first line, lines, whether the last ends with a newline: false only for the file's cut-short
-    last line, which comes alone). A line over MAX_LINE is None. Memory bounded by 2 * MAX_LINE."""
+def iter_blocks(path: Path) -> Iterator[tuple[int, Optional[bytes], bool]]:
+    """The file a block of whole lines at a time, unsplit: (number of the first line, the lines with their
+    newlines, True), or (n, None, True) for one line over MAX_LINE, or (n, the line, False) for a cut-short
+    last line. Memory bounded by 2 * MAX_LINE."""
     with open(path, "rb") as f:
         n = 1
         head: Optional[bytes] = b""  # the unfinished line so far; None once it is over MAX_LINE
         while block := f.read(MAX_LINE):  # lines inside a block are no longer than MAX_LINE
-            lines = block.split(b"\n")
-            lines[0] = None if head is None or len(head) + len(lines[0]) > MAX_LINE else head + lines[0]
-            head = lines.pop()
-            if lines:
-                yield n, lines, True
-                n += len(lines)
+            end = block.rfind(b"\n") + 1
+            if not end:  # the line goes on
+                head = head + block if head is not None and len(head) + len(block) <= MAX_LINE else None
+                continue
+            first = block.find(b"\n")
+            if head is None or len(head) + first > MAX_LINE:
+                yield n, None, True
+                n += 1
+                body = block[first + 1:end]
+            else:
+                body = head + block[:end] if head else block[:end]
+            head = block[end:]
+            if body:
+                yield n, body, True
+                n += body.count(b"\n")
         if head is None:
-            yield n, [None], True
+            yield n, None, True
         elif head:
-            yield n, [head], False
+            yield n, head, False
+
+
+def iter_line_blocks(path: Path) -> Iterator[tuple[int, list[Optional[bytes]], bool]]:
+    """What iter_lines yields, a block at a time and without the newlines (a third of the cost per line):
+    (number of the first line, lines, whether the last ends with a newline: false only for the file's cut-short
+    last line, which comes alone). A line over MAX_LINE is None. Memory bounded by 2 * MAX_LINE."""
+    for n, body, complete in iter_blocks(path):
+        yield n, split_block(body, complete), complete
+
+
+def split_block(body: Optional[bytes], complete: bool) -> list[Optional[bytes]]:
+    return [None] if body is None else body[:-1].split(b"\n") if complete else [body]
 
 
 _EVENT_LIST = TypeAdapter(list[SemanticEvent])
@@ -229,10 +251,11 @@ VALIDATE_CHUNK = 4096  # lines parsed and checked per call; a chunk with a bad l
 
 def read_events(path: Path, warnings: list[str]) -> list[Event]:
     """Every valid event of an events.jsonl, in order; bad lines are skipped with a warning. Fast path (see
-    BENCHMARKS.md): the file is split into lines a block at a time, each line of a chunk is decoded into a
-    TraceEvent, and the cyclic GC is paused meanwhile (it would rescan the new objects again and again). A
-    chunk with a line msgspec does not take is parsed again and validated by pydantic in one call; one that
-    pydantic rejects is read again line by line, which finds and reports the bad lines, so the result does not depend on chunks."""
+    BENCHMARKS.md): the file is read a block of whole lines at a time, each block decoded into TraceEvents in
+    one msgspec call (_whole), and the cyclic GC is paused meanwhile (it would rescan the new objects again and
+    again). A block _whole does not take is split into lines; a chunk of them with a line msgspec does not take
+    is parsed again and validated by pydantic in one call; one that pydantic rejects is read again line by
+    line, which finds and reports the bad lines, so the result does not depend on blocks or chunks."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -250,12 +273,30 @@ class _EventReader:
         self.taken = 0  # event lines accepted so far (MAX_EVENTS)
 
     def read(self) -> list[Event]:
-        for first, lines, complete in iter_line_blocks(self.path):
-            if not self._block(first, lines, complete):
+        for first, body, complete in iter_blocks(self.path):
+            if complete and body is not None and self._whole(body):
+                continue
+            if not self._block(first, split_block(body, complete), complete):
                 break
         if self.bad > MAX_WARNINGS:
             self.warnings.append(f"{self.bad} lines of {self.path.name} were skipped in all")
         return self.events
+
+    def _whole(self, body: bytes) -> bool:
+        """A block of lines that each start with "{" (so none is blank) decoded in one msgspec call, taken when
+        it gives as many events as there are lines: then each line held exactly one, as line by line."""
+        n = body.count(b"\n")
+        if body[:1] != b"{" or body.count(b"\n{") != n - 1 or self.taken + n > MAX_EVENTS:
+            return False
+        try:
+            events = _decode_lines(body)
+        except msgspec.DecodeError:
+            return False
+        if len(events) != n:
+            return False
+        self.taken += n
+        self.events += events
+        return True
 
     def _block(self, first: int, lines: list[Optional[bytes]], complete: bool) -> bool:
         """False when MAX_EVENTS is reached. The cut-short last line, and a chunk that could pass the cap, go

@@ -169,3 +169,36 @@ def test_unhashable_schema_is_an_unknown_schema(tmp_path):
     path.write_text(json.dumps({**EVENT, "step": 1, "schema": [1]}) + "\n")
     with pytest.raises(NeuraldbgError, match="uses event schema"):
         trace.read_events(path, [])
+
+
+@pytest.mark.parametrize("max_line", [256, 1024, 1 << 20])
+def test_whole_blocks_read_as_line_by_line(tmp_path, monkeypatch, max_line):
+    """Blocks of good lines are decoded in one call (_whole); any block with a line that is blank, holds two
+    values or none, or is bad in any way, is read line by line. Events and warnings are the same as reading
+    every line on its own, wherever the blocks start (a small MAX_LINE makes many blocks)."""
+    import random
+
+    rnd = random.Random(max_line)
+    good = lambda i: json.dumps({**EVENT, "step": i}, separators=(",", ":"))  # noqa: E731
+    odd = ["", "   ", good(1) + good(2), good(3) + " " + good(4), "{bad", good(5).replace("1e-09", "1"),
+           good(6).replace('"to"', '"x":1,"to"'), good(7).replace('"healthy"', '"recovering"'), "\t", "[]"]
+    lines = [good(i) if rnd.random() < 0.9 else rnd.choice(odd) for i in range(400)]
+    # a blank line and a line of two events side by side: as many values as lines, yet not one per line
+    lines[200:203] = [odd[0], odd[2], odd[1] + " " + odd[3]]
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(trace, "MAX_LINE", max_line)
+    whole = trace._EventReader._whole
+    for _ in range(2):
+        got_warnings: list[str] = []
+        got = [e.to_json_dict() for e in trace.read_events(path, got_warnings)]
+        monkeypatch.setattr(trace._EventReader, "_whole", lambda self, body: False)
+        monkeypatch.setattr(trace, "VALIDATE_CHUNK", 1)
+        want_warnings: list[str] = []
+        want = [e.to_json_dict() for e in trace.read_events(path, want_warnings)]
+        assert got == want and got_warnings == want_warnings
+        assert len(got) > 300
+        lines = [line for line in lines if line not in odd[4:]]  # only what _whole could be fooled by
+        path.write_text("\n".join(lines) + "\n")
+        monkeypatch.setattr(trace._EventReader, "_whole", whole)
+        monkeypatch.setattr(trace, "VALIDATE_CHUNK", 4096)
