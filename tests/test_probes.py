@@ -154,4 +154,5 @@ def test_gradient_norms_between_samples_are_close_and_embeddings_exact():
     for key, value in exact.items():
         assert abs(sampled.grads[key].norm - value) <= 1e-4 * value
     assert abs(unsampled.grads[("Net", "fc")].norm - exact[("Net", "fc")]) <= 0.05 * exact[("Net", "fc")]
+    assert unsampled.grads[("Net", "fc")].norm != sampled.grads[("Net", "fc")].norm  # read off a sample indeed
     assert abs(unsampled.grads[("Net", "emb")].norm - exact[("Net", "emb")]) <= 1e-4 * exact[("Net", "emb")]
