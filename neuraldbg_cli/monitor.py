@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from neuraldbg_cli.config import Thresholds
-from neuraldbg_cli.events import (RUN_STATES, ActState, ActStats, DataState, EventType, GradState, LossState, ModelInfo,
-                                  SemanticEvent, StepRecord, UpdateState)
+from neuraldbg_cli.events import (RUN_STATES, ActState, ActStats, DataState, EventType, GradState, LossState,
+                                  ModelInfo, SemanticEvent, StepRecord, UpdateState)
 
 HEALTHY = {GradState.healthy.value, ActState.normal.value, LossState.normal.value, DataState.normal.value,
            UpdateState.updating.value}

@@ -57,7 +57,8 @@ def _on_cpu(buf: StepBuffer) -> bool:
 
 
 class Probe:
-    """Installs the global hooks; turns what it sees into StepRecords handed to `on_steps` in batches."""
+    """Installs the global hooks; turns what it sees into StepRecords handed to `on_steps` (in batches
+    on a GPU, a step at a time on the CPU: see _on_cpu)."""
 
     def __init__(self, on_steps: Callable[[list[StepRecord]], None], on_models: Callable[[], None],
                  every: int = 10, warn: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> None:

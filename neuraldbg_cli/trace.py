@@ -19,8 +19,8 @@ import orjson
 from pydantic import TypeAdapter, ValidationError
 
 from neuraldbg_cli.errors import NeuraldbgError
-from neuraldbg_cli.events import (META_SCHEMA, RUN_STATES, SITES, SUPPORTED_EVENT_SCHEMAS, ActState, DataState, EventType,
-                                  GradState, LossState, SemanticEvent, UpdateState)
+from neuraldbg_cli.events import (META_SCHEMA, RUN_STATES, SITES, SUPPORTED_EVENT_SCHEMAS, ActState, DataState,
+                                  EventType, GradState, LossState, SemanticEvent, UpdateState)
 
 EVENTS, META, STATS, MODEL = "events.jsonl", "meta.json", "stats.jsonl", "model.json"
 MAX_LINE = 1 << 20  # a longer line is not an event: skipped without reading it into memory
@@ -233,15 +233,8 @@ def iter_blocks(path: Path) -> Iterator[tuple[int, Optional[bytes], bool]]:
             yield n, head, False
 
 
-def iter_line_blocks(path: Path) -> Iterator[tuple[int, list[Optional[bytes]], bool]]:
-    """What iter_lines yields, a block at a time and without the newlines (a third of the cost per line):
-    (number of the first line, lines, whether the last ends with a newline: false only for the file's cut-short
-    last line, which comes alone). A line over MAX_LINE is None. Memory bounded by 2 * MAX_LINE."""
-    for n, body, complete in iter_blocks(path):
-        yield n, split_block(body, complete), complete
-
-
 def split_block(body: Optional[bytes], complete: bool) -> list[Optional[bytes]]:
+    """An iter_blocks block as the lines iter_lines would give, without their newlines (None: over-long)."""
     return [None] if body is None else body[:-1].split(b"\n") if complete else [body]
 
 

@@ -134,8 +134,8 @@ def test_line_blocks_match_iter_lines(tmp_path, monkeypatch, max_line):
         path.write_bytes(data)
         expected = [(n, line if line is None else line.rstrip(b"\n"), complete)
                     for n, line, complete in trace.iter_lines(path)]
-        got = [(first + i, line, complete) for first, lines, complete in trace.iter_line_blocks(path)
-               for i, line in enumerate(lines)]
+        got = [(first + i, line, complete) for first, body, complete in trace.iter_blocks(path)
+               for i, line in enumerate(trace.split_block(body, complete))]
         assert got == expected, data
 
 
