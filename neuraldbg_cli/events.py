@@ -64,6 +64,8 @@ class DataState(str, Enum):
 class UpdateState(str, Enum):
     updating = "updating"
     unchanged = "unchanged"
+    oversized = "oversized"  # each optimizer step moves the weights by a large fraction of their size (lr too high)
+    collapsing = "collapsing"  # weight norms shrink toward 0 (e.g. a huge weight_decay)
 
 
 class EventType(str, Enum):
@@ -131,6 +133,7 @@ class GradStats:
     numel: int
     weight_norm: Optional[float] = None  # L2, sampled steps only
     checksum: Optional[tuple] = None  # per parameter, sampled steps: changes whenever any weight does
+    update_norm: Optional[float] = None  # L2 of the change one optimizer step made, sampled steps only
 
 
 @dataclass
@@ -140,7 +143,8 @@ class StepRecord:
 
     step: int
     sampled: bool
-    loss: Optional[float] = None
+    loss: Optional[float] = None  # the first loss series' value (see `losses`), kept for stats.jsonl
+    losses: dict[str, float] = field(default_factory=dict)  # series (the trained root model) -> its loss this step
     acts: dict[tuple[str, str, str], Any] = field(default_factory=dict)  # (root, module, site) -> stats
     grads: dict[tuple[str, str], GradStats] = field(default_factory=dict)  # (root, module) -> stats
     scale: Optional[float] = None  # GradScaler scale, if any
