@@ -31,7 +31,7 @@ def run(
     fail_on: Optional[str] = typer.Option(None, "--fail-on", help="comma-separated kinds or 'any': exit 3 if found"),
     min_confidence: Optional[float] = typer.Option(None, "--min-confidence", help="confidence for --fail-on [0.5]"),
     every: Optional[int] = typer.Option(None, "--every", help="full statistics every N steps [10]"),
-    quiet: Optional[bool] = typer.Option(None, "--quiet", "-q", help="no live event lines"),
+    quiet: Optional[bool] = typer.Option(None, "--quiet", "-q", help="no live event lines (the verdict and trace path still print)"),
     threshold: List[str] = typer.Option([], "--threshold", help="override a threshold: NAME=VALUE (repeatable)"),
 ) -> None:
     from neuraldbg_cli.config import Settings, parse_threshold_pairs

@@ -22,6 +22,12 @@ class Thresholds(BaseModel):
                           "(non-finite values are reported at once)")
     vanish_ratio: float = Field(1e-4, description="a layer whose gradient RMS is below this fraction of the "
                                 "largest layer's in the same model is vanishing: healthy nets stay within ~1e-2")
+    vanish_context: int = Field(2, description="matrix layers after a layer, in forward order, whose gradient "
+                                "must be small too: vanishing toward the input is small at that depth")
+    vanish_context_ratio: float = Field(1e-2, description="...below this fraction of the largest layer's: one "
+                                        "kind of layer that is small by design (attention query/key at "
+                                        "initialisation, 1e-5 of the largest) sits beside a value projection "
+                                        "that is not")
     vanish_abs: float = Field(1e-10, description="gradient RMS this small is vanishing whatever the other layers do")
     explode_growth: float = Field(1e3, description="gradient RMS this many times its own early baseline is exploding")
     explode_abs: float = Field(1e2, description="gradient RMS above this is exploding outright (healthy "
@@ -37,12 +43,68 @@ class Thresholds(BaseModel):
                               "(raw 0-255 pixels: mean 127, std 73)")
     target_scale: float = Field(1e3, description="regression targets with |mean| or std above this")
     data_shift: float = Field(10.0, description="input std or mean moving this many baseline stds is a shift")
-    loss_window: int = Field(10, description="losses per window when judging the loss curve")
-    plateau_improvement: float = Field(0.03, description="relative loss improvement below this over the whole "
-                                       "run (>= 3 windows) is a plateau")
-    diverge_factor: float = Field(2.0, description="recent loss this many times the starting loss and the best")
+    loss_window: int = Field(10, description="losses per window when judging a loss oscillation (over the "
+                             "latest 2 windows); the reasoner reads it as the oscillation's dating slack")
+    plateau_improvement: float = Field(0.25, description="a loss whose recent median never got this fraction "
+                                       "below its start (significantly: plateau_sigma standard errors) never "
+                                       "learned: a stuck run often falls a little first (to predicting the mean "
+                                       "or the class frequencies: ~10% for a regression stuck at the target "
+                                       "variance); a learning run falls by more than half")
+    diverge_factor: float = Field(2.0, description="the loss level (rolling median) this many times its best, "
+                                  "and beyond loss_diverge_sigma noise widths, is diverging")
     oscillation: float = Field(0.3, description="mean |step-to-step loss change| relative to the loss level, "
                                "with frequent sign changes, for an oscillating loss")
+    lr_usual_span: float = Field(10.0, description="advice: an lr within this factor of its optimizer's usual "
+                                 "value (vocab.usual_lr) is in the usual range; only a plateau below that range "
+                                 "is told to raise it, and a lower lr jumps to the usual value from above it")
+    lr_lower_factor: float = Field(0.1, description="advice: a diverging/exploding/oscillating run inside the "
+                                   "usual range is told to try this fraction of its lr (one order of magnitude: "
+                                   "the smallest step that reliably changes a divergent run)")
+    weight_decay_shrink: float = Field(1e-3, description="weight decay whose per-step shrink lr*weight_decay is "
+                                       "at least this is large enough to collapse weights (AdamW at its usual "
+                                       "lr 1e-3, wd 0.1 shrinks 1e-4 per step)")
+    weight_decay_large: float = Field(1.0, description="a weight_decay at least this large is large whatever the "
+                                      "lr (Adam's L2 term then outweighs typical gradients of 1e-3..1e-1)")
+    blowup_std: float = Field(1e3, description="an anomalous activation (std up >= anomalous_growth x) is a "
+                              "blow-up, evidence of an explosion, only at or above this std: healthy layers and "
+                              "logits stay within ~1e2 (a warm-up classifier's logits grow 100x from ~0.07 to 7)")
+    diverge_early_factor: float = Field(10.0, description="before the loss's noise is known (fewer than "
+                                        "loss_noise_min steps), a level this many times its best is diverging: "
+                                        "no healthy first steps multiply the loss by 10")
+    loss_level_window: int = Field(3, description="losses in the rolling median that is the loss level (and in "
+                                   "the start level): one batch's spike does not move it")
+    loss_noise_window: int = Field(50, description="latest step-to-step loss differences whose MAD is the "
+                                   "loss's own noise")
+    loss_noise_min: int = Field(8, description="differences needed before the noise estimate is trusted")
+    loss_diverge_sigma: float = Field(6.0, description="a rise above the best level must also exceed this many "
+                                      "noise widths: the best of many rolling medians sits ~3 widths below the "
+                                      "typical level, so a stationary noisy loss stays within ~4")
+    loss_cusum_k: float = Field(2.0, description="CUSUM allowance in noise widths above the best level: the "
+                                "change-point sum only grows once the loss is clearly above its best, so a "
+                                "rise is dated where it began")
+    plateau_min_losses: int = Field(40, description="losses before a never-improving loss is a plateau: a short "
+                                    "flat stretch (warm-up, the first epoch) is not one")
+    plateau_sigma: float = Field(3.0, description="an improvement (start level - recent median) within this "
+                                 "many standard errors of that difference is not one (chance: ~0.1%)")
+    plateau_max_noise: float = Field(0.12, description="a flat loss whose relative step-to-step noise is above "
+                                     "this is at its noise floor (a converged model being fine-tuned: 0.14-0.18 "
+                                     "measured), not stuck: losses stuck at chance vary by 1-4%, a regression "
+                                     "stuck at the target variance by ~9% (batch 64)")
+    update_oversized: float = Field(0.15, description="per-step update-to-weight norm ratio above this (with "
+                                    "the weights not shrinking) is oversized: healthy ~1e-3; measured maxima: "
+                                    "Adam lr 1e-3 0.02-0.04, SGD lr 0.1 momentum 0.9 0.05, Adam lr 1e-2 0.19 on "
+                                    "its first step only; an MLP at SGD lr 10: 0.2-1.0")
+    weight_collapse_frac: float = Field(0.05, description="a weight norm below this fraction of its first sample, "
+                                        "and still falling, is collapsing (healthy training and usual weight "
+                                        "decay change weight norms by small factors)")
+    weights_majority: float = Field(0.5, description="fraction of a model's matrix layers that must show an "
+                                    "oversized update (or a collapse) for a model-wide cause such as the lr")
+    oscillation_high: float = Field(3.0, description="a loss that has not learned oscillates only when its swings "
+                                    "reach this many times its start level: a loss at its noise floor from the "
+                                    "start (fine-tuning; ~30% batch noise) swings ~1.5-2x")
+    anomalous_output_growth: float = Field(1e4, description="anomalous_growth for the model's last layer: logits "
+                                           "start near 0 and grow 10-130x in healthy classifiers as they grow "
+                                           "confident; blow-ups reach 1e3-1e6x and show in hidden layers too")
 
 
 KNOWN_KINDS = {k.value for k in Kind}

@@ -2,16 +2,22 @@
 probes -> monitor -> trace writer (+ live console), then reasoner -> verdict and exit status."""
 from __future__ import annotations
 
+import builtins
 import datetime as dt
+import importlib.machinery
 import importlib.util
+import io
+import marshal
 import math
 import os
+import pkgutil
 import platform
 import runpy
 import signal
 import sys
 import time
 import traceback
+import types
 from pathlib import Path
 from typing import Any, Optional
 
@@ -82,6 +88,70 @@ def prepare_run_dir(settings: Settings, stem: str) -> Path:
     return run_dir
 
 
+# What a live line shows, by (what is judged, state): the numbers that moved. Each entry is a metric name
+# or a tuple of alternatives (the first one present is shown); a ratio the monitor did not send is derived
+# from its two parts (DERIVED). A transition back to a healthy state shows what the left state showed.
+LIVE_METRICS: dict[tuple[str, str], tuple[Any, ...]] = {
+    ("activation", "anomalous"): ("std", "std_ratio"),
+    ("activation", "dead"): ("dead_frac",),
+    ("activation", "saturated"): ("sat_frac",),
+    ("activation", "non_finite"): (("nonfinite", "sum"),),
+    ("data", "extreme_scale"): ("mean", "std", "max"),
+    ("data", "shifted"): ("mean", "std", "std_ratio"),
+    ("data", "non_finite"): (("nonfinite", "sum"),),
+    ("gradient", "vanishing"): ("rms", "ratio_to_max"),
+    ("gradient", "exploding"): ("rms", "rms_ratio"),
+    ("gradient", "non_finite"): ("rms",),
+    ("gradient", "absent"): (),
+    ("loss", "diverging"): ("loss", ("rise_factor", "rise")),
+    ("loss", "oscillating"): ("loss", "low", "high"),
+    ("loss", "plateau"): ("loss", "start", "improvement"),
+    ("loss", "non_finite"): ("loss",),
+    ("weights", "unchanged"): ("weight_norm",),
+    ("weights", "oversized"): ("update_ratio",),
+    ("weights", "collapsing"): ("weight_norm", "weight_ratio"),
+}
+DERIVED = {"std_ratio": ("std", "baseline_std"), "rms_ratio": ("rms", "baseline_rms"), "rise": ("recent", "best"),
+           "weight_ratio": ("weight_norm", "first_weight_norm")}
+HEALTHY_STATES = {"normal", "healthy", "updating"}
+FALLBACK_METRICS = ("rms", "dead_frac", "sat_frac", "loss", "std", "weight_norm")
+
+
+def _site_group(site: Optional[str]) -> str:
+    if site in ("input", "target"):
+        return "data"
+    if site in ("gradient", "weights", "loss"):
+        return site
+    return "activation"  # a layer's output or an activation
+
+
+def _metric(metrics: dict[str, Any], name: str) -> Optional[float]:
+    v = metrics.get(name)
+    if v is None and name in DERIVED:
+        num, den = (metrics.get(k) for k in DERIVED[name])
+        if isinstance(num, (int, float)) and isinstance(den, (int, float)) and den:
+            v = num / den
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def live_line(ev: SemanticEvent) -> str:
+    """One event as a console line, with the metrics that moved (see LIVE_METRICS); missing ones are
+    left out, and an event the table does not know shows the first of the usual metrics present."""
+    group = _site_group(ev.site)
+    state = ev.from_ if ev.to in HEALTHY_STATES and ev.from_ not in HEALTHY_STATES else ev.to
+    wanted = LIVE_METRICS.get((group, state))
+    shown: list[str] = []
+    for entry in (wanted if wanted is not None else (FALLBACK_METRICS,)):
+        for name in (entry if isinstance(entry, tuple) else (entry,)):
+            v = _metric(ev.metrics, name)
+            if v is not None:
+                shown.append(f"{name}={v:.3g}")
+                break
+    where = ev.module or ev.site or ev.root or "-"
+    detail = f" ({', '.join(shown)})" if shown else ""
+    return f"neuraldbg: step {ev.step} {where}: {ev.type} {ev.from_} -> {ev.to}{detail}"
+
+
 class Console:
     """Live one-line-per-event output on stderr; plain when stderr is not a terminal."""
 
@@ -98,10 +168,7 @@ class Console:
             if self.shown == MAX_LIVE_LINES + 1:
                 self._print("neuraldbg: … more events in events.jsonl")
             return
-        where = ev.module or ev.site or ev.root or "-"
-        key = next((k for k in ("rms", "dead_frac", "sat_frac", "loss", "std", "weight_norm") if ev.metrics.get(k) is not None), None)
-        detail = f" ({key}={ev.metrics[key]:.3g})" if key else ""
-        self._print(f"neuraldbg: step {ev.step} {where}: {ev.type} {ev.from_} -> {ev.to}{detail}")
+        self._print(live_line(ev))
 
     def _print(self, line: str) -> None:
         if self.tty:
@@ -111,10 +178,15 @@ class Console:
 
 def _stats_row(rec: StepRecord) -> dict[str, Any]:
     row: dict[str, Any] = {"step": rec.step, "loss": rec.loss}
+    if len(rec.losses) > 1:  # several models trained by their own optimizers: each one's loss
+        row["losses"] = dict(rec.losses)
     if rec.sampled:
         row["acts"] = {"|".join(k): [s.mean, s.std, s.min, s.max, s.zero_frac, s.dead_frac, s.sat01, s.sat11,
                                      s.nonfinite] for k, s in rec.acts.items() if isinstance(s, ActStats)}
         row["grads"] = {"|".join(k): [g.norm, g.weight_norm] for k, g in rec.grads.items()}
+        updates = {"|".join(k): g.update_norm for k, g in rec.grads.items() if g.update_norm is not None}
+        if updates:  # the change one optimizer step made to each module's weights (L2)
+            row["updates"] = updates
     return row
 
 
@@ -292,10 +364,8 @@ class Session:
                 sys.path[0] = os.getcwd()
                 runpy.run_module(self.argv[0], run_name="__main__", alter_sys=True)
             else:
-                assert self.path is not None
                 sys.argv = list(self.argv)
-                sys.path[0] = str(self.path.resolve().parent if self.path.is_file() else self.path.resolve())
-                runpy.run_path(str(self.path), run_name="__main__")
+                run_script(self.argv[0])
             return 0
         except SystemExit as e:
             return _exit_code(e)
@@ -319,15 +389,66 @@ class Session:
         except Exception as e:  # noqa: BLE001
             print(f"neuraldbg: could not explain the run: {e}", file=sys.stderr)
             return code
-        if not self.settings.quiet or report.status == "problems_found":
-            for line in reasoner.verdict_lines(report, self.settings.min_confidence):
-                print(line, file=sys.stderr)
-            print(f"neuraldbg: trace in {self.run_dir} (neuraldbg explain {self.run_dir})", file=sys.stderr)
+        for line in reasoner.verdict_lines(report, self.settings.min_confidence):  # also with --quiet (live lines only)
+            print(line, file=sys.stderr)
+        print(f"neuraldbg: trace in {self.run_dir} (neuraldbg explain {self.run_dir})", file=sys.stderr)
         if code != 0:
             return code
         if self.settings.fail_on and reasoner.failing_kinds(report, self.settings.fail_on, self.settings.min_confidence):
             return int(ExitCode.FAIL_ON)
         return 0
+
+
+def _python_abspath(typed: str) -> str:
+    """The script path as python 3.9+ keeps it: joined to the working directory, not normalised
+    (`python ./x.py` gives `/cwd/./x.py`)."""
+    if typed in ("", "."):
+        return os.getcwd()
+    return typed if os.path.isabs(typed) else os.path.join(os.getcwd(), typed)
+
+
+def run_script(typed: str) -> None:
+    """Run a script file, or a directory / zip file with a __main__.py, as `python TYPED` does: `__file__`
+    and the code's file name (tracebacks) absolute, so a script that changes directory still finds files
+    next to it; sys.argv[0] left as typed; sys.path[0] the script's real directory, or the directory / zip
+    itself. (runpy.run_path keeps a relative `__file__` and sets sys.argv[0] to the path it is given.)"""
+    path = _python_abspath(typed)
+    importer = pkgutil.get_importer(path)
+    if importer is None:  # a plain source or .pyc file
+        sys.path[0] = os.path.dirname(os.path.realpath(typed))
+        code, loader = _file_code(path)
+        _exec_as_main(code, __file__=path, __cached__=None, __loader__=loader)
+        return
+    sys.path[0] = path
+    spec = importer.find_spec("__main__")
+    if spec is None or spec.loader is None:
+        print(f"{sys.executable}: can't find '__main__' module in {path!r}", file=sys.stderr)
+        raise SystemExit(1)
+    _exec_as_main(spec.loader.get_code("__main__"), __file__=spec.origin, __cached__=spec.cached,
+                  __loader__=spec.loader, __spec__=spec, __package__=spec.parent)
+
+
+def _file_code(path: str) -> tuple[Any, Any]:
+    """The code of a script (compiled without this module's `from __future__` flags) and its loader."""
+    with io.open_code(path) as f:
+        data = f.read()
+    if data[:4] == importlib.util.MAGIC_NUMBER:
+        return marshal.loads(data[16:]), importlib.machinery.SourcelessFileLoader("__main__", path)
+    return compile(data, path, "exec", dont_inherit=True), importlib.machinery.SourceFileLoader("__main__", path)
+
+
+def _exec_as_main(code: Any, **dunders: Any) -> None:
+    """Execute `code` as the module `__main__` (so pickling a class the script defines works), then put
+    neuraldbg's own `__main__` back, as runpy does."""
+    main = types.ModuleType("__main__")
+    main.__dict__.update(dunders, __builtins__=builtins)
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
 
 
 def _exit_code(e: SystemExit) -> int:

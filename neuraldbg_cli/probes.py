@@ -8,8 +8,8 @@ one fused gradient norm per parameter; sampled steps add activation, weight and 
 passes with gradients disabled (validation, inference) are not observed.
 
 Its torch-side helpers: tensorstats (the statistics), roots (which model a module belongs to, and its
-names), records (step buffers and their trip to the host); hookset undoes every hook. No other module
-imports torch."""
+names), registry (the live models, held weakly), provenance (what is data, what is a target), records (step
+buffers and their trip to the host); hookset undoes every hook. No other module imports torch."""
 from __future__ import annotations
 
 import itertools
@@ -17,18 +17,24 @@ import math
 import os
 import sys
 import weakref
-from collections import defaultdict
+from types import SimpleNamespace
 from typing import Any, Callable, Optional
 
 import torch
+import torch.nn.functional as F
 from torch.nn.modules import module as _module
+from torch.nn.modules.loss import _Loss
 from torch.optim import optimizer as _optimizer
 
 from neuraldbg_cli import tensorstats as ts
 from neuraldbg_cli.events import ModelInfo, StepRecord
 from neuraldbg_cli.hookset import HookSet
-from neuraldbg_cli.records import StepBuffer, to_records
-from neuraldbg_cli.roots import OTHER, PARAMS, Root, find_owner, first_float, register_root, rescan_root
+from neuraldbg_cli.provenance import (FLOAT_TARGET_LOSSES, Outputs, Sites, first_tensor, from_outside, loss_target,
+                                      wrap_loss)
+from neuraldbg_cli.records import StepBuffer, to_records, update_before, update_norms
+from neuraldbg_cli.registry import Registry
+from neuraldbg_cli.stepclock import CLOSE, READ, StepClock, series_name
+from neuraldbg_cli.roots import OTHER, PARAMS, Root, find_owner, first_float
 from neuraldbg_cli.tensorstats import CHEAP_ONLY, DEAD, EXACT, SAT
 
 # True while torch.compile traces: the hooks then do nothing, so the compiled graph holds no neuraldbg code
@@ -52,8 +58,15 @@ def _on_cpu(buf: StepBuffer) -> bool:
     """A step whose values are on the CPU is read at once: that needs no device synchronisation, and small
     tensors kept across steps would pin glibc's heap under the freed activations (measured: +25-60 MB RSS
     on the benchmark models when read every 10 steps)."""
-    t = buf.checks[0] if buf.checks else buf.parts[0] if buf.parts else buf.losses[0] if buf.losses else None
+    t = buf.checks[0] if buf.checks else buf.parts[0] if buf.parts else next(iter(buf.losses.values()), None)
     return t is None or t.device.type == "cpu"
+
+
+def _has_grads(obj: Any) -> bool:
+    """Whether a module's or optimizer's parameters hold any gradient (zero_grad would discard it)."""
+    params = (obj.parameters() if isinstance(obj, torch.nn.Module)
+              else (p for g in obj.param_groups for p in g["params"]))
+    return any(p.grad is not None for p in params)
 
 
 class Probe:
@@ -66,22 +79,24 @@ class Probe:
         self.every = every
         self.schedule = every_n(every)
         self.pid = os.getpid()
-        self.roots: list[Root] = []
-        self._index: dict[int, tuple[Root, str]] = {}  # id(module) of every module of a root
-        self._class_count: dict[str, int] = defaultdict(int)
-        self._pinfo: dict[int, tuple[str, str]] = {}  # id(param) -> (root name, module name)
+        self.reg = Registry(self._forget_params)  # the root models, held weakly (see registry); `roots`: live ones
+        self._index = self.reg.index  # module -> (root, module name)
+        self._pinfo = self.reg.pinfo  # id(param) -> (root name, module name), for live parameters only
+        self._outputs = Outputs()  # storages of recent model outputs: never data (see provenance)
+        self._sites = Sites()  # the call site that gives each data site its statistics (see provenance)
+        self._losses_on = False  # torch.nn.functional losses observed (install() to removal)
         self.optimizers: "weakref.WeakSet[torch.optim.Optimizer]" = weakref.WeakSet()
         self._opt_desc: dict[int, dict[str, Any]] = {}  # id(optimizer) -> description, kept after it is gone
-        self._pacer: Optional[int] = None  # id of the optimizer whose step ends a training step
-        self._waiting: dict[int, int] = defaultdict(int)  # steps of other optimizers since the pacer's last
-        self._opt_depth: dict[int, int] = defaultdict(int)
-        self._opt_stepped = False
-        self._backward_done = False
-        # per optimizer, dropped with it: (param ids, params, owners, id set, len(_pinfo))
+        self.clock = StepClock()  # what a step is: see stepclock
+        self._closure = False  # the optimizer step under way was given a closure: read gradients after it
+        self._before: Optional[tuple] = None  # update_before() of the sampled optimizer step under way
+        self._series_of: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()  # _loss_series
+        self._series = ""  # loss series of the leading optimizer (see StepClock): losses no step took go there
+        # per optimizer, dropped with it: (param ids, params, owners, id set, reg.gen)
         self._opt_cache: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
         self._all: tuple[int, list, tuple, frozenset] = (-1, [], (), frozenset())  # every root's params
         self._views: tuple[list[int], list] = ([], [])  # _bit_views: data pointers, views
-        self._sparse: tuple[int, frozenset] = (-1, frozenset())  # _sparse_ids: len(_pinfo), ids
+        self._sparse: tuple[int, frozenset] = (-1, frozenset())  # _sparse_ids: reg.gen, ids
         self.step = 0
         self._buf = StepBuffer(0, self.schedule(0))
         self._pending: list[StepBuffer] = []
@@ -106,6 +121,9 @@ class Probe:
         h.add(_optimizer.register_optimizer_step_post_hook(self._post_step))
         h.patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
         h.patch(torch.optim.Optimizer, "__init__", self._wrap_opt_init(torch.optim.Optimizer.__init__))
+        for owner in (torch.optim.Optimizer, torch.nn.Module):
+            if "zero_grad" in owner.__dict__:
+                h.patch(owner, "zero_grad", self._wrap_zero_grad(owner.__dict__["zero_grad"]))
         scaler = getattr(torch.amp, "GradScaler", None)
         if scaler is not None and "scale" in scaler.__dict__:
             h.patch(scaler, "scale", self._wrap_scale(scaler.scale))
@@ -113,16 +131,32 @@ class Probe:
             h.patch(torch.nn.Module, "compile", self._wrap_compile(torch.nn.Module.compile))
         if "_has_any_global_hook" in _module.__dict__:
             h.patch(_module, "_has_any_global_hook", self._foreign_global_hooks)
+        self._losses_on = True  # off at removal: `from torch.nn.functional import mse_loss` kept our wrapper
+        h.add(SimpleNamespace(remove=lambda: setattr(self, "_losses_on", False)))
+        for name in FLOAT_TARGET_LOSSES:
+            if name in F.__dict__:
+                h.patch(F, name, wrap_loss(F.__dict__[name], self._loss_call))
         return h
 
     def close(self) -> None:
         """Finish the current step, hand over everything pending, remove all hooks."""
         try:
-            if self._buf.parts or self._buf.checks or self._buf.losses:
+            buf = self._buf
+            if (buf.parts or buf.checks or buf.losses or buf.pending is not None) and not self._idle_tail(buf):
                 self._finalize()
             self.flush()
         finally:
             self.hooks.remove()
+
+    def _idle_tail(self, buf: StepBuffer) -> bool:
+        """After training, a last step that only saw forward passes (a final evaluation without no_grad) is
+        no training step: dropped unless it made a NaN/Inf (read here, once, at the end of the run)."""
+        if not self.step or self.clock.done or self.clock.backwards or buf.losses or buf.pending is not None:
+            return False
+        try:
+            return math.isfinite(sum(ts.host_values(buf.parts + buf.checks)))
+        except Exception:  # noqa: BLE001
+            return False
 
     # ---- fault isolation: a bug here must never reach the user's script ----
 
@@ -150,19 +184,31 @@ class Probe:
         except Exception as e:  # noqa: BLE001
             self._fault("forward", e)
 
+    def _training(self) -> bool:
+        """Whether a forward now can be training: gradients on, in this process, and no torch.func
+        transform under way (its tensors must not escape)."""
+        return (torch.is_grad_enabled() and not torch.is_inference_mode_enabled() and self._mine()
+                and not torch._C._are_functorch_transforms_active())
+
     def _enter_root(self, module: torch.nn.Module, args: tuple) -> None:
         self._cur = None
-        if (not torch.is_grad_enabled() or torch.is_inference_mode_enabled() or not self._mine()
-                or torch._C._are_functorch_transforms_active()):  # torch.func/vmap tensors must not escape
+        if not self._training():
             return
-        hit = self._index.get(id(module))
+        hit = self.reg.lookup(module)
         if hit is None:
-            if not any(p.requires_grad for p in module.parameters()):
-                self._observe_target(args)  # a loss module: its second argument is the target
+            if isinstance(module, _Loss):
+                self._observe_target(loss_target(args, {}))
                 return
+            if not any(p.requires_grad for p in module.parameters()):
+                return  # a frozen model (a teacher) or a module without parameters: not trained, not a root
             owner = find_owner(module)
-            root = self._register(owner or module)
-            hit = self._index.get(id(module)) if owner is not None else None
+            known = self.reg.lookup(owner) if owner is not None else None
+            if known is not None:  # a part added to a model seen before (a new head)
+                root = known[0]
+                self._rescan(root)
+            else:
+                root = self._register(owner or module)
+            hit = self.reg.lookup(module) if owner is not None else None
         else:
             root = hit[0]
         self._close_backward_step()
@@ -170,32 +216,65 @@ class Probe:
         self._buf.active.add(root.name)
         self._prev = (None, None)
         if hit is None or hit[1] == "":  # the root model itself, not one of its parts called alone
-            x = first_float(args)
-            if x is not None and x.numel() > 0:
-                self._add_once((root.name, "", "input"), x, EXACT)
+            x = first_tensor(args)  # by position: `model(tokens, hidden)` has int64 data, and no float statistics
+            if x is not None and x.is_floating_point() and x.numel() > 0 and from_outside(x, self._outputs):
+                self._observe_data((root.name, "", "input"), x)
 
-    def _observe_target(self, args: tuple) -> None:
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        if len(tensors) >= 2 and tensors[1].is_floating_point() and tensors[1].numel() > 0:
-            self._add_once(("", "", "target"), tensors[1], EXACT)
+    def _observe_target(self, t: Optional[torch.Tensor]) -> None:
+        """A loss's target, when it is data (a teacher's prediction or a mask is not)."""
+        if t is not None and t.is_floating_point() and t.numel() > 0 and from_outside(t, self._outputs):
+            self._observe_data(("", "", "target"), t)
+
+    def _observe_data(self, key: tuple, x: torch.Tensor) -> None:
+        if self._buf.sampled and self._sites.canonical(key, self.step):
+            self._add_once(key, x, EXACT)
+        else:
+            self._buf.check(key, ts.cheap(x))
+
+    def _loss_call(self, args: tuple, kwargs: dict) -> None:
+        """A torch.nn.functional loss called by the script. Inside a module (a loss module's own forward,
+        a model computing its loss) it is not: a loss module's target was observed at its call."""
+        if _compiling() or self._depth or not self._losses_on or "forward" in self._off:
+            return  # (torch.compile first: traced, it reads no attribute of ours, so it guards on none)
+        try:
+            if self._training():
+                self._observe_target(loss_target(args, kwargs))
+        except Exception as e:  # noqa: BLE001
+            self._fault("forward", e)
 
     def _post_forward(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
         if _compiling():
             return
         self._depth = max(0, self._depth - 1)
         root = self._cur
-        if root is None or "forward" in self._off:
-            return
-        try:
-            entry = root.observed.get(id(module))
-            if entry is not None:
-                self._observe_output(root, module, entry, args, output)
-            elif id(module) in root.containers:
-                self._observe_container(root, root.containers[id(module)], output)
-        except Exception as e:  # noqa: BLE001
-            self._fault("forward", e)
+        if "forward" not in self._off:
+            try:
+                entry = root.observed.get(module) if root is not None else None
+                if type(entry) is tuple:
+                    self._observe_output(root, module, entry, args, output)
+                elif entry is not None:
+                    self._observe_container(root, entry, output)
+                if self._depth == 0:
+                    if root is not None:
+                        self._outputs.add(output)  # a model's output is never data
+                    else:
+                        self._other_output(module, args, output)
+            except Exception as e:  # noqa: BLE001
+                self._fault("forward", e)
         if self._depth == 0:
             self._cur, self._prev = None, (None, None)
+
+    def _other_output(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
+        """A top-level call that trains no root. A module with parameters is a model (a frozen teacher, a
+        generator sampling under no_grad): its output is not data. One without parameters that returns a
+        scalar needing a gradient is a loss (custom losses subclass nn.Module): its 2nd argument is a target."""
+        if not self._mine() or torch._C._are_functorch_transforms_active():
+            return
+        if next(module.parameters(), None) is not None:
+            self._outputs.add(output)
+        elif (isinstance(output, torch.Tensor) and output.dim() == 0 and output.requires_grad
+              and not isinstance(module, _Loss) and self._training()):
+            self._observe_target(loss_target(args, {}))
 
     def _observe_output(self, root: Root, module: torch.nn.Module, entry: tuple, args: tuple, output: Any) -> None:
         """Activations are attributed to the layer they follow (the last module with parameters), so a
@@ -203,17 +282,22 @@ class Probe:
         name, flags, kind, out_key = entry
         buf = self._buf
         layer, prev_out = self._prev
-        if kind == PARAMS and buf.sampled and layer is not None and not flags & CHEAP_ONLY:
+        if (kind == PARAMS and buf.sampled and layer is not None and not flags & CHEAP_ONLY
+                and next(iter(module.children()), None) is None):
             x = first_float(args)  # the tensor entering this layer: a functional activation's output
-            # (not for a normalisation layer: what enters it is the residual stream, not an activation)
-            if x is not None and x is not prev_out and x.numel() > 0:
-                self._add_once((root.name, layer, "activation"), x, DEAD | SAT)
+            # (not for a normalisation layer: what enters it is the residual stream, not an activation; not for
+            # a module with children, the root model included: its hook runs after them, on its own inputs)
+            if x is not None and x is not prev_out and x.numel() > 0:  # its units: where this layer reads them
+                axis = ts.unit_axis_flags(type(module).__name__)
+                self._add_once((root.name, layer, "activation"), x, DEAD | SAT | axis)
         t = first_float(output)
         act = flags & (DEAD | SAT)  # an activation function
         if t is not None and t.numel() > 0 and (act or t is not prev_out):  # in-place activations: same tensor
             key = (root.name, layer, "activation") if act and layer is not None else out_key
             if (kind == PARAMS and not flags & CHEAP_ONLY) or (act and buf.sampled):
-                self._add_once(key, t, flags)
+                # an activation's units lie where the layer it follows puts them
+                axis = ts.unit_axis_flags(getattr(root.modules.get(layer), "type", None)) if act and layer else 0
+                self._add_once(key, t, flags | axis)
             elif kind == OTHER or prev_out is None or first_float(args) is not prev_out:
                 buf.check(key, ts.cheap(t))  # no statistics of its own, but a NaN made here is seen here
             # else: finite-preserving and fed the output just checked, so no NaN can start here. Also a
@@ -243,14 +327,25 @@ class Probe:
             buf.check(key, ts.cheap(x))
 
     def _register(self, module: torch.nn.Module) -> Root:
-        root = register_root(module, self._class_count, self._index, self._pinfo)
-        self.roots.append(root)
+        root = self.reg.register(module)
         self._models_dirty = True
         return root
 
     def _rescan(self, root: Root) -> None:
-        if rescan_root(root, self._pinfo):
+        if self.reg.rescan(root):
             self._models_dirty = True
+
+    @property
+    def roots(self) -> list[Root]:
+        """The live root models; a model that is gone leaves (models() still describes it)."""
+        self.reg.settle()
+        return self.reg.live
+
+    def _forget_params(self) -> None:
+        """A root model died (called from a weakref callback, so plain assignments only): drop the caches
+        that hold its parameters, so that nothing keeps their memory."""
+        self._all = (-1, [], (), frozenset())
+        self._views = ([], [])
 
     # ---- backward, loss, GradScaler ----
 
@@ -262,25 +357,15 @@ class Probe:
                 return original(tensors, *args, **kwargs)
             probe._in_backward = True
             try:
+                probe._close_backward_step()
                 scaled = False
                 try:
                     scaled = probe._record_loss(tensors)
                 except Exception as e:  # noqa: BLE001
                     probe._fault("backward", e)
-                probe._close_backward_step()
                 result = original(tensors, *args, **kwargs)
                 probe.backward_calls += 1
-                if scaled and probe.optimizers:
-                    # GradScaler: gradients are still scaled here (and inf on steps it will skip); they are read
-                    # unscaled at the optimizer's pre-step, and its step, not this backward, ends the step
-                    probe._buf.scaled = True
-                    return result
-                probe._backward_done = True
-                if not probe._opt_stepped:  # no optimizer (yet): read gradients now, zero_grad may follow
-                    try:
-                        probe._grad_norms(probe._buf, [p for r in probe.roots for _, p in r.params])
-                    except Exception as e:  # noqa: BLE001
-                        probe._fault("grads", e)
+                probe._backward_end(scaled)
                 return result
             finally:
                 probe._in_backward = False
@@ -288,8 +373,32 @@ class Probe:
         backward.__wrapped__ = original  # type: ignore[attr-defined]
         return backward
 
+    def _backward_end(self, scaled: bool) -> None:
+        """A backward pass ended: accumulate into the step (an optimizer exists), or read the gradients of a
+        backward-counted step now (a zero_grad may follow), or close a step that hit the accumulation limit."""
+        try:
+            act = self.clock.backward_end(bool(self.optimizers))
+        except Exception as e:  # noqa: BLE001
+            self._fault("step", e)
+            return
+        if scaled and self.optimizers:
+            # GradScaler: gradients are still scaled here (and inf on steps it will skip); they are read
+            # unscaled at the optimizer's pre-step, and its step, not this backward, ends the step
+            self._buf.scaled = True
+        elif act == READ and "grads" not in self._off:
+            try:
+                self._grad_norms(self._buf, self._all_params()[0])
+            except Exception as e:  # noqa: BLE001
+                self._fault("grads", e)
+        if act == CLOSE:
+            try:
+                self._advance()
+            except Exception as e:  # noqa: BLE001
+                self._fault("step", e)
+
     def _record_loss(self, tensors: Any) -> bool:
-        """Keep the loss of this backward pass; True when it is a GradScaler-scaled loss."""
+        """Keep the loss of this backward pass (summed into the step's, see StepClock.take_loss); True when it
+        is a GradScaler-scaled loss, whose unscaled value scale() already kept."""
         t = tensors if isinstance(tensors, torch.Tensor) else None
         if t is None and isinstance(tensors, (tuple, list)) and len(tensors) == 1:
             t = tensors[0] if isinstance(tensors[0], torch.Tensor) else None
@@ -298,7 +407,8 @@ class Probe:
         if id(t) in self._scaled:  # GradScaler already recorded the unscaled loss
             self._scaled.discard(id(t))
             return True
-        self._buf.losses.append(t.detach().float().reshape(1))
+        if self.clock.take_loss():
+            self._buf.add_loss(t.detach().float().reshape(()))
         return False
 
     def _wrap_scale(self, original: Callable) -> Callable:
@@ -308,7 +418,8 @@ class Probe:
             result = original(scaler, outputs)
             try:
                 if isinstance(outputs, torch.Tensor) and outputs.numel() == 1 and probe._mine():
-                    probe._buf.losses.append(outputs.detach().float().reshape(1))
+                    if probe.clock.take_loss():
+                        probe._buf.add_loss(outputs.detach().float().reshape(()))
                     probe._scaled.add(id(result))
             except Exception as e:  # noqa: BLE001
                 probe._fault("loss", e)
@@ -329,6 +440,24 @@ class Probe:
 
         return __init__
 
+    def _wrap_zero_grad(self, original: Callable) -> Callable:
+        """Optimizer.zero_grad / Module.zero_grad: discarding gradients no optimizer step used ends a step
+        (see StepClock.zero_grad); it is closed first, while its gradients can still be read."""
+        probe = self
+
+        def zero_grad(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            if not _compiling() and "step" not in probe._off and probe._mine():
+                try:
+                    # a GradScaler's skipped step (scaled gradients, no optimizer step) is no forgotten step
+                    if probe.clock.zero_grad(lambda: not probe._buf.scaled and _has_grads(obj)):
+                        probe._advance()
+                except Exception as e:  # noqa: BLE001
+                    probe._fault("step", e)
+            return original(obj, *args, **kwargs)
+
+        zero_grad.__wrapped__ = original  # type: ignore[attr-defined]
+        return zero_grad
+
     # ---- torch.compile ----
 
     def _wrap_compile(self, original: Callable) -> Callable:
@@ -340,7 +469,7 @@ class Probe:
             original(module, *args, **kwargs)
             try:
                 trainable = any(p.requires_grad for p in module.parameters())
-                if probe._mine() and id(module) not in probe._index and trainable:
+                if probe._mine() and probe.reg.lookup(module) is None and trainable:
                     probe._register(find_owner(module) or module)  # the whole model when a part is compiled
             except Exception as e:  # noqa: BLE001
                 probe._fault("forward", e)
@@ -357,67 +486,109 @@ class Probe:
     # ---- optimizer steps ----
 
     def _pre_step(self, opt: Any, args: Any, kwargs: Any) -> None:
-        """Gradients are complete (and unscaled by a GradScaler) exactly here, for this optimizer's params."""
-        self._opt_depth[id(opt)] += 1
-        if self._opt_depth[id(opt)] != 1 or "grads" in self._off or not self._mine():
+        """Gradients are complete (and unscaled by a GradScaler) exactly here, for this optimizer's params;
+        a closure step (LBFGS, Lightning) computes them inside step(): they are read after it. Only the
+        outermost step counts (a wrapper optimizer stepping the one inside, a subclass's super().step())."""
+        if not self._mine() or not self.clock.step_begin() or "grads" in self._off:
             return
         try:
             params, owners, ids = self._opt_params(opt)
-            self._grad_norms(self._buf, params, owners, ids)
+            self._closure = bool(args and callable(args[0])) or callable(kwargs.get("closure"))
+            if not self._closure:
+                self._grad_norms(self._buf, params, owners, ids)
         except Exception as e:  # noqa: BLE001
             self._fault("grads", e)
+            return
+        if self._buf.sampled and "update" not in self._off:
+            try:
+                self._before = (self._buf, update_before(params, owners, self._sparse_ids()))
+            except Exception as e:  # noqa: BLE001
+                self._fault("update", e)
 
     def _opt_params(self, opt: Any) -> tuple[list, tuple, frozenset]:
         """This optimizer's observed parameters, their owners and ids; cached while its params are the same."""
         sig = tuple(map(id, itertools.chain.from_iterable(g["params"] for g in opt.param_groups)))
+        reg = self.reg
+        reg.settle()
         hit = self._opt_cache.get(opt)
-        if hit is None or hit[0] != sig or hit[4] != len(self._pinfo):
-            params = [p for g in opt.param_groups for p in g["params"] if id(p) in self._pinfo]
-            hit = (sig, params, tuple(self._pinfo[id(p)] for p in params), frozenset(map(id, params)),
-                   len(self._pinfo))
+        if hit is None or hit[0] != sig or hit[4] != reg.gen:
+            params = [p for g in opt.param_groups for p in g["params"] if reg.claimed(p)]
+            hit = (sig, params, tuple(self._pinfo[id(p)] for p in params), frozenset(map(id, params)), reg.gen)
             self._opt_cache[opt] = hit
         return hit[1], hit[2], hit[3]
 
     def _all_params(self) -> tuple[list, tuple, frozenset]:
-        """Every root's trainable parameters, their owners and ids (roots only ever grow)."""
-        if self._all[0] != len(self._pinfo):
-            params = [p for root in self.roots for _, p in root.params]
-            self._all = (len(self._pinfo), params, tuple(self._pinfo[id(p)] for p in params),
-                         frozenset(map(id, params)))
+        """Every live root's trainable parameters, their owners and ids."""
+        reg = self.reg
+        reg.settle()
+        if self._all[0] != reg.gen:
+            self._all = (-1, [], (), frozenset())  # let go first: a parameter only this cache held dies now
+            reg.settle()
+            params = [p for root in reg.live for _, p in root.params]
+            self._all = (reg.gen, params, tuple(self._pinfo[id(p)] for p in params), frozenset(map(id, params)))
         return self._all[1], self._all[2], self._all[3]
 
     def _post_step(self, opt: Any, args: Any, kwargs: Any) -> None:
-        self._opt_depth[id(opt)] -= 1
-        if self._opt_depth[id(opt)] > 0 or not self._mine():  # subclass calling super().step()
+        """The outermost optimizer step ended: read what it left (a closure step's gradients, the update of a
+        sampled step), give it the losses since the last step, and close the training step if it paces."""
+        if not self._mine():
             return
+        try:
+            closes = self.clock.step_end(id(opt), self._optimizer_alive)
+        except Exception as e:  # noqa: BLE001
+            self._fault("step", e)
+            return
+        if closes is None:
+            return
+        closure, before, self._closure, self._before = self._closure, self._before, False, None
+        buf = self._buf
+        if closure and "grads" not in self._off:
+            try:
+                self._grad_norms(buf, *self._opt_params(opt))
+            except Exception as e:  # noqa: BLE001
+                self._fault("grads", e)
+        if before is not None and before[0] is buf and "update" not in self._off:
+            try:
+                update_norms(buf, *before[1])
+            except Exception as e:  # noqa: BLE001
+                self._fault("update", e)
         try:
             if opt not in self.optimizers:
                 self.optimizers.add(opt)
                 self._models_dirty = True
-            if self._paces(id(opt)):
-                self._opt_stepped = True
-                self._backward_done = False
+            series = self._loss_series(opt)
+            lead = id(opt) == self.clock.lead
+            buf.assign_loss(series, main=lead)
+            if lead:
+                self._series = series
+            if closes:
                 self._advance()
         except Exception as e:  # noqa: BLE001
             self._fault("step", e)
 
-    def _paces(self, key: int) -> bool:
-        """Whether this optimizer's step ends the training step. The first optimizer to step paces; another
-        one (a GAN's second optimizer) steps within the same training step, unless it steps twice while the
-        pacer does not: then it takes over (a new phase of the script with a new optimizer)."""
-        if key != self._pacer:
-            self._waiting[key] += 1
-            if self._pacer is not None and self._waiting[key] < 2:
-                return False
-            self._pacer = key
-        self._waiting.clear()
-        return True
+    def _loss_series(self, opt: Any) -> str:
+        """stepclock.series_name of this optimizer, cached while its and all observed parameters are the same."""
+        owners, every = self._opt_params(opt)[1], self._all_params()[1]
+        hit = self._series_of.get(opt)
+        if hit is None or hit[0] is not owners or hit[1] is not every:
+            hit = self._series_of[opt] = (owners, every, series_name(owners, every))
+        return hit[2]
+
+    def _optimizer_alive(self, key: int) -> bool:
+        """Whether the leading optimizer is still in play: it exists and, when this step's models are known,
+        one of the models it trains ran in this step (a teacher trained first, then frozen and only used
+        under no_grad, hands the lead to the student's optimizer at its first step)."""
+        opt = next((o for o in list(self.optimizers) if id(o) == key), None)
+        if opt is None:
+            return False
+        active = self._buf.active
+        roots = {owner[0] for owner in self._opt_params(opt)[1]}
+        return not active or not roots or not roots.isdisjoint(active)
 
     def _close_backward_step(self) -> None:
-        """Until some optimizer.step() happens, each backward pass is a step; it closes when the next
-        forward or backward begins (so an optimizer.step() right after it still belongs to it)."""
-        if self._backward_done and not self._opt_stepped:
-            self._backward_done = False
+        """A backward-counted step (no optimizer: see StepClock) closes when the next forward or backward
+        begins (so a manual update or an optimizer.step() right after it still belongs to it)."""
+        if self.clock.due():
             try:
                 self._advance()
             except Exception as e:  # noqa: BLE001
@@ -429,8 +600,10 @@ class Probe:
         self._buf = StepBuffer(self.step, self.schedule(self.step))
 
     def _finalize(self) -> None:
-        """Close the current step: add gradient (and on sampled steps weight) statistics, queue it."""
+        """Close the current step: add gradient (and on sampled steps weight) statistics, queue it. Losses no
+        optimizer step took (a backward-counted step) go to the last pacing optimizer's series."""
         buf = self._buf
+        buf.assign_loss(self._series)
         if buf.sampled and "rescan" not in self._off:
             try:
                 for root in self.roots:
@@ -502,10 +675,11 @@ class Probe:
     def _sparse_ids(self) -> frozenset:
         """Parameters whose gradient fills only a few rows (embeddings): always read whole, since a sample
         could miss every row in the batch and read as no gradient at all."""
-        if self._sparse[0] != len(self._pinfo):
-            types = {(r.name, n): info.type for r in self.roots for n, info in r.modules.items()}
-            self._sparse = (len(self._pinfo), frozenset(
-                pid for pid, owner in self._pinfo.items() if types.get(owner) in SPARSE_GRADS))
+        reg = self.reg
+        reg.settle()
+        if self._sparse[0] != reg.gen:
+            self._sparse = (reg.gen, frozenset(id(p) for r in reg.live for name, p in r.params
+                                               if name in r.modules and r.modules[name].type in SPARSE_GRADS))
         return self._sparse[1]
 
     # ---- host transfer ----
@@ -528,8 +702,9 @@ class Probe:
     # ---- description for the run directory ----
 
     def models(self) -> list[ModelInfo]:
+        """Every root model seen, also those gone since (the trace names them)."""
         optimized = self._optimized_param_ids()
-        return [root.info(optimized) for root in self.roots]
+        return [root.info(optimized) for root in self.reg.roots]
 
     def optimizer_info(self) -> list[dict[str, Any]]:
         """Every optimizer the run used, also those already garbage-collected (a pre-training phase's)."""

@@ -1,55 +1,144 @@
 """Pure and replayable: a run directory's events -> ranked hypotheses (the explain report).
 
-Rules propose one hypothesis per kind; then causes are ranked above their consequences: an effect that
-starts no earlier than a known cause (CAUSES) has its confidence capped below the cause's and names it."""
+Rules propose one hypothesis per kind and SETTINGS the wrong settings they show; `rank` then orders them by
+one causal model (see its docstring). Imports no I/O module: the run is read by the caller (trace)."""
 from __future__ import annotations
 
+import heapq
 from operator import attrgetter
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
-from neuraldbg_cli.events import EventType, Hypothesis, Kind, ModelSummary, Report
-from neuraldbg_cli.rules import AFTER_START, CAUSES, RULES, WINDOWED, Context
-from neuraldbg_cli.trace import RunData
+from pydantic import ValidationError
+
+from neuraldbg_cli.config import Thresholds
+from neuraldbg_cli.events import EventType, Hypothesis, Kind, ModelSummary, Origin, Report
+from neuraldbg_cli.rules import CAUSES, RULES, SETTINGS, Context, SettingCause
+
+if TYPE_CHECKING:  # types only: the reasoner must not import the trace reader (msgspec, files)
+    from neuraldbg_cli.trace import RunData
+
+_LATE = 1 << 62  # an unknown onset sorts after every known one
 
 
 def build_context(run: RunData) -> Context:
     settings = run.meta.get("settings") if isinstance(run.meta.get("settings"), dict) else {}
     thresholds = settings.get("thresholds") if isinstance(settings.get("thresholds"), dict) else {}
+    try:  # the thresholds the run was observed with (defaults for fields it predates)
+        th = Thresholds.model_validate(thresholds)
+    except ValidationError:
+        th = Thresholds()
     every, window = settings.get("every"), thresholds.get("loss_window")
     models = run.models.get("models") if isinstance(run.models.get("models"), list) else []
     opts = run.models.get("optimizers") if isinstance(run.models.get("optimizers"), list) else []
     return Context(events=run.events, models=[m for m in models if isinstance(m, dict)],
                    optimizers=[o for o in opts if isinstance(o, dict)], every=_count(every, 10),
-                   loss_window=_count(window, 10))
+                   loss_window=_count(window, 10), thresholds=th)
 
 
 def _count(value: object, default: int) -> int:
     return value if type(value) is int and 0 < value < 1 << 31 else default
 
 
-def rank(hyps: list[Hypothesis], slack: int, loss_window: int = 0) -> list[Hypothesis]:
-    """Demote consequences below causes that started no later (within `slack` steps; a loss oscillation,
-    judged over two windows of `loss_window` losses, cannot be dated earlier than one window in), then order."""
-    by_kind = {h.kind: h for h in hyps}
-    for cause_kind, effects in CAUSES.items():
-        cause = by_kind.get(cause_kind)
-        if cause is None or cause.confidence < 0.5:
-            continue
-        for effect_kind in effects:
-            effect = by_kind.get(effect_kind)
-            if effect is None or effect.caused_by is not None:
-                continue
-            if (cause_kind, effect_kind) in AFTER_START and not effect.origin.step:
-                continue
-            margin = slack + (loss_window if cause_kind in WINDOWED else 0)
-            if (cause.origin.step or 0) <= (effect.origin.step or 0) + margin:
-                effect.confidence = round(min(effect.confidence, cause.confidence - 0.05) * 0.8, 3)
-                effect.caused_by = cause_kind
-                effect.summary += f" Likely a consequence of {cause_kind.value}."
-    ordered = sorted(hyps, key=lambda h: (-h.confidence, h.origin.step if h.origin.step is not None else 1 << 30))
+def _onset(h: Hypothesis) -> int:
+    return h.origin.step or 0
+
+
+def _produced_by(setting: SettingCause, h: Hypothesis, slack: int) -> bool:
+    """A setting acts through the updates: it explains what began after step 0, no earlier than its own
+    evidence (within `slack`, the sampling interval that dates that evidence)."""
+    return h.kind in setting.effects and _onset(h) > 0 and setting.onset <= _onset(h) + slack
+
+
+def name_setting(setting: SettingCause, hyps: list[Hypothesis], presence: float, slack: int,
+                 causes: Callable[[Hypothesis, Hypothesis], bool] = lambda a, b: False) -> Optional[int]:
+    """The hypothesis that states the setting: in the first of its tiers with a present one, the most upstream
+    (none of the others `causes` it), then the earliest. Its summary names the setting; every hypothesis the
+    setting produced gets its fix first. Returns its index, None when the setting produced none present."""
+    named = None
+    for tier in setting.tiers:
+        found = [i for i, h in enumerate(hyps)
+                 if h.kind in tier and h.confidence >= presence and _produced_by(setting, h, slack)]
+        if found:
+            named = min(found, key=lambda i: (any(causes(hyps[j], hyps[i]) for j in found if j != i),
+                                              _onset(hyps[i]), tier.index(hyps[i].kind)))
+            break
+    if named is None:
+        return None
+    for i, h in enumerate(hyps):
+        if _produced_by(setting, h, slack):
+            h.suggestions = [setting.fix] + [s for s in h.suggestions
+                                             if s != setting.fix and setting.contradicts not in s]
+    carrier = hyps[named]
+    carrier.summary = f"{setting.statement[0].upper()}{setting.statement[1:]}. {carrier.summary}"
+    carrier.evidence = setting.evidence + carrier.evidence
+    return named
+
+
+def rank(hyps: list[Hypothesis], slack: int, loss_window: int = 0, presence: float = 0.5,
+         settings: Iterable[SettingCause] = (), position: Optional[Callable[[Origin], int]] = None
+         ) -> list[Hypothesis]:
+    """The causal model. B is a consequence of A when A is present (confidence >= `presence`), A's kind can
+    cause B's (rules.CAUSES; and a wrong setting makes the hypothesis that names it a cause of the others it
+    produced) and A began no later than B (within `slack` steps, plus `loss_window` for a cause the table
+    dates late; a cause that needs training explains nothing present at step 0). Hypotheses are listed
+    causes before their consequences, then by confidence, then by onset and forward position; a consequence
+    names its first cause in `caused_by`, and its confidence (presence) is left as it is."""
+    def causes(cause: Hypothesis, effect: Hypothesis) -> bool:
+        """The table's link: present, a kind that can cause the other's, and no later (see above)."""
+        entry = CAUSES.get(cause.kind)
+        return (entry is not None and cause.confidence >= presence and effect.kind in entry.effects
+                and not (entry.needs_training and not effect.origin.step)
+                and _onset(cause) <= _onset(effect) + slack + (loss_window if entry.dated_late else 0))
+
+    links: list[tuple[int, int]] = []  # (cause, consequence) indexes, the preferred cause first
+    for setting in settings:
+        named = name_setting(setting, hyps, presence, slack, causes)
+        if named is not None:
+            links += [(named, j) for j, h in enumerate(hyps) if j != named and _produced_by(setting, h, slack)]
+    upstream = list(CAUSES)
+    for i in sorted(range(len(hyps)), key=lambda i: upstream.index(hyps[i].kind) if hyps[i].kind in CAUSES else 99):
+        links += [(i, j) for j, h in enumerate(hyps) if causes(hyps[i], h)]
+
+    parents: list[list[int]] = [[] for _ in hyps]
+    for i, j in links:
+        if i != j and i not in parents[j] and not _ancestor(j, i, parents):  # a link that closes a loop loses
+            parents[j].append(i)
+    for j, h in enumerate(hyps):
+        if parents[j] and h.caused_by is None:
+            h.caused_by = hyps[parents[j][0]].kind
+            h.summary += f" Likely a consequence of {h.caused_by.value}."
+
+    where = position or (lambda origin: 0)
+    key = [(-h.confidence, h.origin.step if h.origin.step is not None else _LATE, where(h.origin), j)
+           for j, h in enumerate(hyps)]
+    waiting = [len(p) for p in parents]
+    ready = [key[j] for j in range(len(hyps)) if not waiting[j]]
+    heapq.heapify(ready)
+    ordered: list[Hypothesis] = []
+    while ready:
+        j = heapq.heappop(ready)[-1]
+        ordered.append(hyps[j])
+        for c in range(len(hyps)):
+            if j in parents[c]:
+                waiting[c] -= 1
+                if not waiting[c]:
+                    heapq.heappush(ready, key[c])
     for i, h in enumerate(ordered, 1):
         h.rank = i
     return ordered
+
+
+def _ancestor(a: int, b: int, parents: list[list[int]]) -> bool:
+    """Whether `a` is `b` or one of its causes, through the links accepted so far."""
+    seen, todo = set(), [b]
+    while todo:
+        n = todo.pop()
+        if n == a:
+            return True
+        if n not in seen:
+            seen.add(n)
+            todo.extend(parents[n])
+    return False
 
 
 def steps_observed(run: RunData) -> int:
@@ -66,7 +155,9 @@ def steps_observed(run: RunData) -> int:
 def explain(run: RunData, min_confidence: float = 0.5) -> Report:
     ctx = build_context(run)
     hyps = [h for h in (rule(ctx) for rule in RULES) if h is not None]
-    hyps = rank(hyps, slack=ctx.every, loss_window=ctx.loss_window)
+    settings = [s for s in (find(ctx) for find in SETTINGS) if s is not None]
+    hyps = rank(hyps, slack=ctx.every, loss_window=ctx.loss_window, presence=min_confidence, settings=settings,
+                position=lambda o: ctx.position(o.root, o.module))
     steps = steps_observed(run)
     warnings = list(run.warnings)
     state = run.meta.get("status")

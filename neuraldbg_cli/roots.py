@@ -3,10 +3,9 @@ for. A root is decided once, when it is first called (or compiled), so the per-c
 `rescan_root` lets parameters unfrozen later join in."""
 from __future__ import annotations
 
-import os
-import sys
+import gc
 import weakref
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -43,53 +42,86 @@ def compiled_inner(module: torch.nn.Module) -> Optional[torch.nn.Module]:
     return inner if isinstance(inner, torch.nn.Module) else None
 
 
-_SKIP_FRAMES = (os.path.dirname(torch.__file__), os.path.dirname(__file__))  # torch's and every neuraldbg module's
-
-
 def find_owner(module: torch.nn.Module) -> Optional[torch.nn.Module]:
-    """The model a part belongs to when the script calls `model.generator(z)` but never `model(...)`:
-    the largest nn.Module held in the calling frames (locals, or attributes of `self`) that contains it,
-    so modules are named `generator.0` as in the model's named_modules(). Runs once per new root.
-    Call it straight from a hook or wrapper: the search starts at that function's caller."""
+    """The model a part belongs to when the script calls `model.generator(z)` but never `model(...)`: the
+    largest topmost nn.Module that has it among its submodules, so modules are named `generator.0` as in the
+    model's named_modules(); None when it is part of no other module. Runs once per new root. Found by walking
+    up through the garbage collector's referrers, not the calling frames: on Python < 3.13 reading a function
+    frame's f_locals leaves a snapshot of all its locals on the frame, which keeps a model the script has
+    deleted alive."""
     try:
-        return _search_frames(module, sys._getframe(2))
+        best, best_size, frontier, seen = None, 0, [module], {id(module)}
+        for _ in range(16):  # levels up
+            ups = _parents(frontier)
+            tops = [m for m in frontier if id(m) not in ups and m is not module]
+            for top in tops:
+                size = sum(1 for _ in top.modules())
+                if size > best_size:
+                    best, best_size = top, size
+            frontier = [p for ps in ups.values() for p in ps if id(p) not in seen]
+            seen.update(map(id, frontier))
+            if not frontier:
+                break
+        return best
     except Exception:  # noqa: BLE001 - naming is best effort
         return None
 
 
-def _search_frames(module: torch.nn.Module, frame: Any) -> Optional[torch.nn.Module]:
-    best, best_size = None, 0
-    for _ in range(12):
-        if frame is None:
-            break
-        if not frame.f_code.co_filename.startswith(_SKIP_FRAMES):
-            values = list(frame.f_locals.values())
-            values += [v for obj in values if not isinstance(obj, torch.nn.Module) and hasattr(obj, "__dict__")
-                       and not isinstance(obj, type) for v in list(vars(obj).values())[:50]]
-            for cand in values:
-                if isinstance(cand, torch.nn.Module) and cand is not module:
-                    mods = list(cand.modules())
-                    if len(mods) > best_size and any(m is module for m in mods):
-                        best, best_size = cand, len(mods)
-        frame = frame.f_back
-    return best
+def _is_module(obj: Any) -> bool:
+    return issubclass(type(obj), torch.nn.Module)  # the type only: no attribute of a foreign object is read
+
+
+def _parents(children: list) -> dict[int, list]:
+    """id(child) -> the modules that hold it in their `_modules` (one referrer scan per link of the chain:
+    child <- _modules dict <- the parent, or <- the parent's __dict__ <- the parent)."""
+    dicts = [r for r in gc.get_referrers(*children)
+             if type(r) is dict and r and all(v is None or _is_module(v) for v in r.values())]
+    if not dicts:
+        return {}
+    ids = {id(d) for d in dicts}
+    holders = gc.get_referrers(*dicts)
+    parents = [h for h in holders if _is_module(h) and id(h.__dict__.get("_modules")) in ids]
+    inst = [h for h in holders if type(h) is dict and id(h.get("_modules")) in ids]
+    if inst:
+        inst_ids = {id(d) for d in inst}
+        parents += [o for o in gc.get_referrers(*inst) if _is_module(o) and id(o.__dict__) in inst_ids]
+    out: dict[int, list] = {}
+    for p in parents:
+        for c in p.__dict__["_modules"].values():
+            if any(c is child for child in children):
+                out.setdefault(id(c), []).append(p)
+    return out
 
 
 class Root:
-    """A root model: the outermost module called with gradients on. Names come from its named_modules()."""
+    """A root model: the outermost module called with gradients on. Names come from its named_modules().
+    Holds its model, modules and parameters only weakly: neuraldbg keeps no model alive, and a dead model's
+    `params` are empty (its description stays, for the trace)."""
 
-    def __init__(self, name: str, module: torch.nn.Module) -> None:
+    def __init__(self, name: str, module: torch.nn.Module, on_death: Optional[Callable[[Any], None]] = None) -> None:
         self.name = name
-        self.ref = weakref.ref(module)
+        self.ref = weakref.ref(module, on_death)
         self.cls = type(module).__name__
-        self.observed: dict[int, tuple[str, int, int, tuple]] = {}  # id(module) -> (name, flags, kind, key)
-        self.containers: dict[int, str] = {}  # id(module) -> name, modules without own params or compute
+        # module -> (name, flags, kind, key) when observed; its name (str) for a container (no params or compute)
+        self.observed: "weakref.WeakKeyDictionary[torch.nn.Module, Any]" = weakref.WeakKeyDictionary()
         self.modules: dict[str, ModuleInfo] = {}
-        self.params: list[tuple[str, torch.nn.Parameter]] = []  # trainable, deduplicated
+        self.prefs: list[tuple[str, weakref.ref]] = []  # trainable parameters, deduplicated: (module name, ref)
         self.order: list[str] = []
         self._ordered: set[str] = set()
         self.n_modules = 0
         self.n_params = 0
+
+    @property
+    def params(self) -> list[tuple[str, torch.nn.Parameter]]:
+        """Its live trainable parameters as (module name, parameter); none once the model is gone."""
+        if self.ref() is None:
+            return []
+        out = []
+        for name, ref in self.prefs:
+            p = ref()
+            if p is not None:
+                out.append((name, p))
+        return out
 
     def info(self, optimized: set[int]) -> ModelInfo:
         """Its description for the run directory; `optimized` holds the ids of parameters some optimizer has."""
@@ -100,66 +132,66 @@ class Root:
                          n_params=self.n_params, order=list(self.order))
 
 
-def register_root(module: torch.nn.Module, class_count: dict[str, int], index: dict[int, tuple[Root, str]],
-                  pinfo: dict[int, tuple[str, str]]) -> Root:
-    """A new root for `module`, named by its class: its modules go into `index`, and its trainable
-    parameters no other root has into `pinfo`. Decides here, once, how each module is observed."""
-    wrapper, module = module, compiled_inner(module) or module  # torch.compile(model): name the model itself
-    cls = type(module).__name__
-    k = class_count[cls]
-    class_count[cls] += 1
-    root = Root(cls if k == 0 else f"{cls}#{k}", module)
+def _observe(root: Root, name: str, m: torch.nn.Module, own: bool) -> None:
+    """How `m` is observed: statistics of its output (a layer with parameters, an activation), or only a
+    non-finite check (a container: a NaN made in its own code)."""
+    if not own and next(iter(m.children()), None) is not None:
+        if name:
+            root.observed[m] = name
+        return
+    tname = type(m).__name__
+    flags = (DEAD if tname in RELU_LIKE else CHEAP_ONLY if tname in NORMS else 0) | SAT_FLAGS.get(tname, 0)
+    kind = PARAMS if own else SAFE if tname in FINITE_PRESERVING else OTHER
+    root.observed[m] = (name, flags, kind, (root.name, name, "output"))
+
+
+def _describe(root: Root, name: str, m: torch.nn.Module, fresh: list) -> None:
+    numel = sum(p.numel() for p in fresh)
+    root.n_params += numel
+    tname = type(m).__name__
+    matrix = any(p.dim() >= 2 for p in fresh) and tname not in ("Embedding", "EmbeddingBag")
+    info = root.modules.get(name)
+    if info is None:
+        root.modules[name] = ModuleInfo(name=name, type=tname, params=numel, weight_ndim2=matrix)
+    else:
+        info.params += numel
+        info.weight_ndim2 = info.weight_ndim2 or matrix
+
+
+Claim = Callable[[Root, str, torch.nn.Parameter], bool]
+
+
+def scan_root(root: Root, module: torch.nn.Module, index: "weakref.WeakKeyDictionary", claim: Claim) -> None:
+    """A new root's modules: each goes into `index` (unless another root has it), and is observed as
+    `_observe` decides, once; `claim(root, name, p)` takes each trainable parameter no other root has."""
     for name, m in module.named_modules():
         root.n_modules += 1
-        index.setdefault(id(m), (root, name))
+        if m not in index:
+            index[m] = (root, name)
         own = [p for p in m.parameters(recurse=False) if p.requires_grad]
-        leaf = next(iter(m.children()), None) is None
-        if not own and not leaf:
-            if name:
-                root.containers[id(m)] = name  # only a non-finite check: a NaN made in its own code
-            continue
-        tname = type(m).__name__
-        flags = (DEAD if tname in RELU_LIKE else CHEAP_ONLY if tname in NORMS else 0) | SAT_FLAGS.get(tname, 0)
-        kind = PARAMS if own else SAFE if tname in FINITE_PRESERVING else OTHER
-        root.observed[id(m)] = (name, flags, kind, (root.name, name, "output"))
-        fresh = [p for p in own if id(p) not in pinfo]
-        for p in fresh:
-            pinfo[id(p)] = (root.name, name)
-            root.params.append((name, p))
-        numel = sum(p.numel() for p in fresh)
-        root.n_params += numel
-        is_matrix = any(p.dim() >= 2 for p in fresh) and tname not in ("Embedding", "EmbeddingBag")
-        root.modules[name] = ModuleInfo(name=name, type=tname, params=numel, weight_ndim2=is_matrix)
-    index.setdefault(id(wrapper), (root, ""))
-    return root
+        _observe(root, name, m, bool(own))
+        if isinstance(root.observed.get(m), tuple):
+            _describe(root, name, m, [p for p in own if claim(root, name, p)])
 
 
-def rescan_root(root: Root, pinfo: dict[int, tuple[str, str]]) -> bool:
-    """Parameters unfrozen or added after the model was first seen (staged fine-tuning) join in;
-    a sampled step is often enough for that. True when any did."""
+def rescan_root(root: Root, index: "weakref.WeakKeyDictionary", claim: Claim,
+                claimed: Callable[[torch.nn.Parameter], bool]) -> bool:
+    """Parameters unfrozen or added after the model was first seen (staged fine-tuning, a replaced head)
+    join in; a sampled step is often enough for that. True when any did."""
     module = root.ref()
-    if module is None or all(id(p) in pinfo or not p.requires_grad for p in module.parameters()):
+    if module is None or all(claimed(p) or not p.requires_grad for p in module.parameters()):
         return False
     changed = False
     for name, m in module.named_modules():
-        new = [p for p in m.parameters(recurse=False) if p.requires_grad and id(p) not in pinfo]
+        new = [p for p in m.parameters(recurse=False) if p.requires_grad and not claimed(p)]
+        if m not in index:
+            index[m] = (root, name)
         if not new:
             continue
-        for p in new:
-            pinfo[id(p)] = (root.name, name)
-            root.params.append((name, p))
-        numel = sum(p.numel() for p in new)
-        root.n_params += numel
-        tname = type(m).__name__
-        matrix = any(p.dim() >= 2 for p in new) and tname not in ("Embedding", "EmbeddingBag")
-        info = root.modules.get(name)
-        if info is None:
-            root.modules[name] = ModuleInfo(name=name, type=tname, params=numel, weight_ndim2=matrix)
-        else:
-            info.params += numel
-            info.weight_ndim2 = info.weight_ndim2 or matrix
-        flags = root.observed.get(id(m), (name, 0))[1]
-        root.observed[id(m)] = (name, flags, PARAMS, (root.name, name, "output"))
-        root.containers.pop(id(m), None)
-        changed = True
+        fresh = [p for p in new if claim(root, name, p)]
+        entry = root.observed.get(m)
+        flags = entry[1] if isinstance(entry, tuple) else 0
+        root.observed[m] = (name, flags, PARAMS, (root.name, name, "output"))
+        _describe(root, name, m, fresh)
+        changed = changed or bool(fresh)
     return changed

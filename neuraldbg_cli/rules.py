@@ -1,21 +1,44 @@
 """One rule per failure Kind: events of one run -> at most one Hypothesis of that kind.
 
-A rule takes the `Context` only (keyword `ctx`), reads the events it needs and says what to change. The
-reasoner runs every rule in RULES, then ranks causes above their consequences (CAUSES)."""
+A rule takes the `Context` only (keyword `ctx`), reads the events it needs and says what to change. Besides
+the rules, SETTINGS find a wrong training setting (a learning rate or weight decay the weights show to be far
+too large); the reasoner names it in the hypotheses it produced. CAUSES is the table of which kinds can cause
+which, that the reasoner ranks with. Pure: no I/O module is imported (events are read through `EventLike`)."""
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
 
+from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import EventType, Hypothesis, Kind, Origin
-from neuraldbg_cli.trace import Event
+from neuraldbg_cli.vocab import RESIDUAL_NORM_BLOCKS, RNN_TYPES, SATURATING_TYPES, is_norm, usual_lr
 
-SATURATING_TYPES = {"Sigmoid", "Tanh", "Hardtanh", "Softsign", "Hardsigmoid", "LogSigmoid"}
-RNN_TYPES = {"RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell"}
-NORM_TYPES = {"BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "GroupNorm", "RMSNorm", "InstanceNorm2d"}
+
+class EventLike(Protocol):
+    """What the rules read of an event: trace.TraceEvent and events.SemanticEvent both are one."""
+
+    @property
+    def type(self) -> str: ...
+    @property
+    def step(self) -> int: ...
+    @property
+    def module(self) -> Optional[str]: ...
+    @property
+    def root(self) -> Optional[str]: ...
+    @property
+    def from_(self) -> str: ...
+    @property
+    def to(self) -> str: ...
+    @property
+    def site(self) -> Optional[str]: ...
+    @property
+    def metrics(self) -> Mapping[str, Optional[float]]: ...
+
+
+Event = EventLike
 
 
 @dataclass
@@ -25,6 +48,7 @@ class Context:
     optimizers: list[dict[str, Any]] = field(default_factory=list)
     every: int = 10
     loss_window: int = 10
+    thresholds: Thresholds = field(default_factory=Thresholds)
     _order: dict[tuple, int] = field(default_factory=dict)
     _positions: dict[tuple[str, str], list[int]] = field(default_factory=dict, init=False)  # (type, to) -> indexes
     _last: dict[tuple, str] = field(default_factory=dict, init=False)  # (type, root, module, site) -> last `to`
@@ -56,15 +80,34 @@ class Context:
         """Position of the event's module in the forward pass (unknown modules sort last)."""
         return self._order.get((ev.root, ev.module), 10**6)
 
+    def position(self, root: Optional[str], module: Optional[str]) -> int:
+        return self._order.get((root, module), 10**6)
+
     def module_types(self) -> dict[str, str]:
         return {name: info.get("type", "") for m in self.models for name, info in (m.get("modules") or {}).items()}
 
+    def groups(self) -> list[tuple[str, dict[str, Any]]]:
+        """(optimizer type, param group) for every group of every optimizer seen."""
+        return [(str(opt.get("type") or "optimizer"), g) for opt in self.optimizers
+                for g in opt.get("groups") or [] if isinstance(g, dict)]
+
     def lr_hint(self) -> Optional[tuple[str, float]]:
-        for opt in self.optimizers:
-            for g in opt.get("groups") or []:
-                if isinstance(g.get("lr"), (int, float)):
-                    return opt.get("type", "optimizer"), float(g["lr"])
-        return None
+        """The first group's (optimizer type, lr) as recorded."""
+        return next(((opt, float(g["lr"])) for opt, g in self.groups() if _number(g.get("lr"))), None)
+
+    def peak_lr(self) -> Optional[tuple[str, float]]:
+        """The largest learning rate of any group (its schedule's initial_lr where that is larger: a warm-up
+        recorded at lr 0 still runs at its peak later): the one that makes a run diverge."""
+        best: Optional[tuple[str, float]] = None
+        for opt, g in self.groups():
+            lrs = [float(g[k]) for k in ("lr", "initial_lr") if _number(g.get(k))]
+            if lrs and (best is None or abs(max(lrs, key=abs)) > abs(best[1])):
+                best = (opt, max(lrs, key=abs))
+        return best
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) < float("inf")
 
 
 # ---------------------------------------------------------------- helpers shared by rules
@@ -115,17 +158,55 @@ def _hyp(kind: Kind, confidence: float, origin: Event | None, step: Optional[int
                       suggestions=suggestions)
 
 
-def _lr_advice(ctx: Context, factor: float) -> list[str]:
-    hint = ctx.lr_hint()
-    if hint is None:
-        return []
-    opt, lr = hint
+def lower_lr(ctx: Context) -> list[str]:
+    """Advice for a run the learning rate may drive too hard (divergence, explosion, oscillation, NaN, dead
+    units): a value always below the current one (the optimizer's usual value when far above it, else one
+    order of magnitude down), or the words "lower the learning rate" when no optimizer was seen."""
+    peak = ctx.peak_lr()
+    if peak is None:
+        return ["lower the learning rate (no torch.optim optimizer was seen: make the manual update's step "
+                "size smaller, e.g. divide it by 10)"]
+    opt, lr = peak
+    if lr < 0:
+        return [f"{opt} has a negative learning rate (lr={lr:g}): it climbs the loss; use a positive one"]
     if lr == 0:
-        return [f"{opt} has lr=0: nothing can change; set a real learning rate (e.g. 1e-3 for Adam, 1e-2 for SGD)"]
-    usual = 1e-3 if opt.lower().startswith(("adam", "nadam", "radam", "rmsprop", "adagrad")) else 1e-2
-    # move toward the usual value for this optimizer when it is that far off, else by `factor`
-    target = usual if (factor < 1 and lr > 10 * usual) or (factor > 1 and lr * 10 < usual) else lr * factor
-    return [f"lr={lr:g} with {opt}: try {target:g}"]
+        return []  # nothing moves: a learning rate of 0 cannot be what drives this
+    usual, th = usual_lr(opt), ctx.thresholds
+    target = usual if lr > usual * th.lr_usual_span else lr * th.lr_lower_factor
+    return [f"lr={lr:g} with {opt}: try {target:.3g}"]
+
+
+def plateau_lr(ctx: Context) -> list[str]:
+    """Learning-rate advice for a loss that does not move: raise it only when it is below its optimizer's
+    usual range, lower it when far above it (a huge lr also pins a loss: dead or saturated units), else none."""
+    peak = ctx.peak_lr()
+    if peak is None:
+        return []
+    opt, lr = peak
+    usual, span = usual_lr(opt), ctx.thresholds.lr_usual_span
+    if lr == 0:
+        return [zero_lr(opt, usual)]
+    if lr < 0 or lr > usual * span:
+        return lower_lr(ctx)
+    if lr < usual / span:
+        return [f"lr={lr:g} with {opt} is below its usual range ({usual / span:g} to {usual * span:g}): raise the "
+                f"learning rate toward {usual:g}"]
+    return []
+
+
+def zero_lr(opt: str, usual: float) -> str:
+    return f"{opt} has lr=0: nothing can change; set a real learning rate (e.g. {usual:g} for {opt})"
+
+
+def _model_has(ctx: Context, test: Callable[[str], bool]) -> bool:
+    return any(test(t) for t in ctx.module_types().values())
+
+
+def _has_residual(type_name: str) -> bool:
+    """Blocks that carry skip connections: torch.nn's transformer layers, and the usual class names of
+    residual blocks (ResNet's BasicBlock/Bottleneck, GPT2Block, BertLayer's *EncoderLayer...)."""
+    return type_name in RESIDUAL_NORM_BLOCKS or type_name.endswith(
+        ("Block", "Bottleneck", "EncoderLayer", "DecoderLayer", "Residual"))
 
 
 def _names(events: list[Event]) -> list[str]:
@@ -154,9 +235,10 @@ def vanishing_gradient(ctx: Context) -> Optional[Hypothesis]:
         tips.append("saturating functional activations (torch.sigmoid/tanh) squash gradients: switch to ReLU/GELU")
     if any(t in RNN_TYPES for t in types.values()):
         tips.append("plain RNN over long sequences: use LSTM/GRU, shorter truncated BPTT, or attention")
-    tips += ["initialise with Xavier/He (nn.init.kaiming_normal_ for ReLU, xavier_uniform_ for tanh)",
-             "add normalisation (LayerNorm/BatchNorm) between layers"]
-    if len(types) >= 8:
+    tips.append("initialise with Xavier/He (nn.init.kaiming_normal_ for ReLU, xavier_uniform_ for tanh)")
+    if not _model_has(ctx, is_norm):  # suggestions fit the model that was seen
+        tips.append("add normalisation (LayerNorm/BatchNorm) between layers")
+    if len(types) >= 8 and not _model_has(ctx, _has_residual):
         tips.append("add residual (skip) connections so gradients reach the first layers")
     where = f"{ratio:.1e}× the largest layer's gradient" if ratio else "almost no gradient"
     summary = (f"Gradients vanish toward the input: {origin.module} gets {where} from step {origin.step}; "
@@ -164,22 +246,56 @@ def vanishing_gradient(ctx: Context) -> Optional[Hypothesis]:
     return _hyp(Kind.vanishing_gradient, conf, origin, origin.step, summary, evs, tips, chain)
 
 
+def _blowups(ctx: Context) -> list[Event]:
+    """Activation magnitude blow-ups: a module's output std up by orders of magnitude from its early level
+    (the monitor's `anomalous` state) to a size no healthy layer has (Thresholds.blowup_std)."""
+    least = ctx.thresholds.blowup_std
+    return [e for e in ctx.select(types=[EventType.activation_regime_shift.value], to=["anomalous"])
+            if (e.metrics.get("std") or 0.0) >= least]
+
+
+def _blowup_phrase(ctx: Context, evs: list[Event]) -> tuple[Event, str]:
+    """The first module where activations blew up (earliest step, then forward order) and a sentence on it."""
+    origin = _origin_of(ctx, list(_first_by_module(evs).values()))
+    m = origin.metrics
+    ratio = m.get("std_ratio")
+    if ratio is None and m.get("std") is not None and m.get("baseline_std"):
+        ratio = m["std"] / m["baseline_std"]  # type: ignore[operator]
+    size = f" (output std {m['std']:.3g}, {ratio:.3g}× its early level)" if m.get("std") is not None and ratio else ""
+    n = len(_first_by_module(evs))
+    return origin, (f"activations blow up at {origin.module} from step {origin.step}{size}; "
+                    f"{n} layer(s) affected")
+
+
 def exploding_gradient(ctx: Context) -> Optional[Hypothesis]:
+    """Exploding gradients; without gradient events, an activation blow-up is the same failure seen in the
+    forward pass (weights grown, by a large lr or init, until every layer multiplies its input up), so it
+    stands for it unless the loss diverges, which then carries it as evidence."""
     evs = ctx.select(types=[EventType.gradient_health_transition.value], to=["exploding"])
+    blow = _blowups(ctx)
+    tips = lower_lr(ctx) + ["clip gradients: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0) "
+                            "before optimizer.step()",
+                            "check the initialisation scale (default or Xavier/He, not larger)"]
     if not evs:
-        return None
+        if not blow or ctx.select(types=[EventType.optimizer_instability.value], to=["diverging"]):
+            return None
+        origin, phrase = _blowup_phrase(ctx, blow)
+        first = _first_by_module(blow)
+        chain = [e.module or "" for e in sorted(first.values(), key=lambda e: (e.step, ctx.order(e)))]
+        conf = _spread_confidence(0.62, len(first), _still(ctx, blow, "anomalous"))
+        summary = f"Values explode in the forward pass: {phrase}."
+        return _hyp(Kind.exploding_gradient, conf, origin, origin.step, summary, blow, tips, chain)
     first = _first_by_module(evs)
     origin = _origin_of(ctx, list(first.values()))  # input side: where large init / high lr compounds most
     chain = [e.module or "" for e in sorted(first.values(), key=lambda e: (e.step, ctx.order(e)))]
     conf = _spread_confidence(0.66, len(first), max(_still(ctx, evs, "exploding"), 0.7))
     rms = origin.metrics.get("rms")
-    tips = _lr_advice(ctx, 0.1) + ["clip gradients: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0) "
-                                   "before optimizer.step()",
-                                   "check the initialisation scale (default or Xavier/He, not larger)"]
     summary = (f"Gradients explode: {origin.module} reaches gradient RMS {rms:.3g} at step {origin.step}"
                if rms else f"Gradients explode from step {origin.step} at {origin.module}")
-    return _hyp(Kind.exploding_gradient, conf, origin, origin.step, summary + f"; {len(first)} layer(s) affected.",
-                evs, tips, chain)
+    summary += f"; {len(first)} layer(s) affected."
+    if blow:
+        summary += f" Also {_blowup_phrase(ctx, blow)[1]}."
+    return _hyp(Kind.exploding_gradient, conf, origin, origin.step, summary, evs + blow, tips, chain)
 
 
 def _activation_rule(ctx: Context, state: str, kind: Kind, base: float, tips: list[str], phrase: str) -> Optional[Hypothesis]:
@@ -195,16 +311,24 @@ def _activation_rule(ctx: Context, state: str, kind: Kind, base: float, tips: li
     return _hyp(kind, conf, origin, origin.step, summary, evs, tips, chain)
 
 
+def _lr_above_usual(ctx: Context) -> bool:
+    peak = ctx.peak_lr()
+    return peak is not None and peak[1] > usual_lr(peak[0]) * ctx.thresholds.lr_usual_span
+
+
 def dead_activation(ctx: Context) -> Optional[Hypothesis]:
     tips = ["use LeakyReLU/GELU, or lower the learning rate so ReLUs are not pushed into the dead zone",
             "check bias initialisation (large negative biases keep units off) and use He init"]
-    return _activation_rule(ctx, "dead", Kind.dead_activation, 0.62, _lr_advice(ctx, 0.1) + tips,
+    # a large lr is the usual way units die during training: its fix first when the lr is above its range
+    tips = lower_lr(ctx) + tips if _lr_above_usual(ctx) else tips[:1] + lower_lr(ctx) + tips[1:]
+    return _activation_rule(ctx, "dead", Kind.dead_activation, 0.62, tips,
                             "Most ReLU units never activate on a whole batch (dead)")
 
 
 def saturated_activation(ctx: Context) -> Optional[Hypothesis]:
-    tips = ["normalise the inputs and use a smaller (Xavier) initialisation so pre-activations stay near 0",
-            "add BatchNorm/LayerNorm before the activation, or switch to ReLU/GELU"]
+    tips = ["normalise the inputs and use a smaller (Xavier) initialisation so pre-activations stay near 0"]
+    tips.append("switch to ReLU/GELU" if _model_has(ctx, is_norm) else
+                "add BatchNorm/LayerNorm before the activation, or switch to ReLU/GELU")
     return _activation_rule(ctx, "saturated", Kind.saturated_activation, 0.62, tips,
                             "Bounded activations are pinned at their rails (saturated, gradient ≈ 0)")
 
@@ -274,7 +398,7 @@ def unchanged_weights(ctx: Context) -> Optional[Hypothesis]:
     if not ctx.optimizers:
         tips.append("no optimizer was created: build one and call optimizer.step() after loss.backward()")
     elif hint and hint[1] == 0:
-        tips += _lr_advice(ctx, 1)
+        tips.append(zero_lr(hint[0], usual_lr(hint[0])))
     if outside and ctx.optimizers:
         tips.append(f"{', '.join(outside[:4])} get gradients but are not in any optimizer: pass model.parameters() "
                     f"(all of them) to the optimizer")
@@ -308,6 +432,36 @@ def no_gradient(ctx: Context) -> Optional[Hypothesis]:
     return _hyp(Kind.no_gradient, conf, origin, origin.step, summary, evs, tips, names)
 
 
+def _loss_persistence(ctx: Context, evs: list[Event], state: str, intermittent: bool) -> float:
+    """Confidence factor for a loss state: 1 when it lasts to the end (or turned non-finite, which is worse).
+    A state that ended is history, not a present problem: below the 0.5 that --fail-on reads, unless an
+    intermittent state (an oscillation comes and goes) took most of the run after its onset."""
+    end = max((e.step for e in ctx.select(types=[EventType.run_summary.value])), default=None)
+    shares = []
+    for key in {(e.type, e.root, e.module, e.site) for e in evs}:
+        if ctx.last_to(key) in (state, "non_finite"):
+            shares.append(1.0)
+            continue
+        moves = sorted((e for e in ctx.select(types=[key[0]]) if (e.type, e.root, e.module, e.site) == key),
+                       key=attrgetter("step"))
+        inside, since, onset = 0, None, None
+        for e in moves:
+            if e.to == state and since is None:
+                since = e.step
+                onset = e.step if onset is None else onset
+            elif e.to != state and since is not None:
+                inside, since = inside + e.step - since, None
+        last = end if end is not None else (moves[-1].step if moves else 0)
+        span = max(1, last - (onset or 0))
+        shares.append(min(1.0, inside / span))
+    share = max(shares, default=0.0)
+    if share >= 1.0:
+        return 1.0
+    if intermittent and share >= 0.5:
+        return 0.65 + 0.35 * share
+    return min(0.6, 0.5 + 0.1 * share)  # base <= 0.8: at most 0.48
+
+
 def _loss_rule(ctx: Context, state: str, kind: Kind, base: float, phrase: str, tips: list[str],
                intermittent: bool = False) -> Optional[Hypothesis]:
     evs = ctx.select(types=[EventType.optimizer_instability.value], to=[state])
@@ -315,8 +469,7 @@ def _loss_rule(ctx: Context, state: str, kind: Kind, base: float, phrase: str, t
         return None
     first = min(evs, key=lambda e: e.step)
     m = {k: v for k, v in first.metrics.items() if v is not None}
-    still = _still(ctx, evs, state)
-    conf = base * (0.65 + 0.35 * (max(still, 0.8) if intermittent else still))  # oscillation comes and goes
+    conf = base * _loss_persistence(ctx, evs, state, intermittent)
     if intermittent and "low" in m and "high" in m:
         summary = (f"{phrase} from step {first.step}: it swings between {m['low']:.4g} and {m['high']:.4g} "
                    f"step to step (started at {m.get('start', 0):.4g}).")
@@ -328,7 +481,7 @@ def _loss_rule(ctx: Context, state: str, kind: Kind, base: float, phrase: str, t
 
 def loss_plateau(ctx: Context) -> Optional[Hypothesis]:
     types = ctx.module_types()
-    tips = _lr_advice(ctx, 100.0)
+    tips = plateau_lr(ctx)
     ordered = [n for m in ctx.models for n in (m.get("order") or [])]
     if ordered and types.get(ordered[-1]) in ("Softmax", "LogSoftmax"):
         tips.insert(0, f"the model ends in {types[ordered[-1]]} ({ordered[-1]}): nn.CrossEntropyLoss applies "
@@ -338,13 +491,18 @@ def loss_plateau(ctx: Context) -> Optional[Hypothesis]:
 
 
 def loss_divergence(ctx: Context) -> Optional[Hypothesis]:
-    tips = _lr_advice(ctx, 0.1) + ["clip gradients (clip_grad_norm_)",
-                                   "check the update sign (maximize=True, a negative lr, loss sign)"]
-    return _loss_rule(ctx, "diverging", Kind.loss_divergence, 0.8, "The loss diverges (keeps growing)", tips)
+    tips = lower_lr(ctx) + ["clip gradients (clip_grad_norm_)",
+                            "check the update sign (maximize=True, a negative lr, loss sign)"]
+    h = _loss_rule(ctx, "diverging", Kind.loss_divergence, 0.8, "The loss diverges (keeps growing)", tips)
+    blow = _blowups(ctx)
+    if h is not None and blow:  # the forward pass shows where values grew first (the origin stays the loss)
+        h.summary += f" In the forward pass, {_blowup_phrase(ctx, blow)[1]}."
+        h.evidence = (h.evidence + _evidence(blow, 3))[:8]
+    return h
 
 
 def unstable_loss(ctx: Context) -> Optional[Hypothesis]:
-    tips = _lr_advice(ctx, 0.1) + ["add learning-rate warm-up or a decaying schedule", "use a larger batch"]
+    tips = lower_lr(ctx) + ["add learning-rate warm-up or a decaying schedule", "use a larger batch"]
     return _loss_rule(ctx, "oscillating", Kind.unstable_loss, 0.66, "The loss oscillates without converging", tips,
                       intermittent=True)
 
@@ -354,24 +512,113 @@ RULES: tuple[Rule, ...] = (vanishing_gradient, exploding_gradient, dead_activati
                            non_finite, data_anomaly, unchanged_weights, no_gradient, loss_plateau,
                            loss_divergence, unstable_loss)
 
-# cause -> the kinds it commonly produces; a consequence that starts no earlier is ranked below its cause
-CAUSES: dict[Kind, tuple[Kind, ...]] = {
-    Kind.data_anomaly: (Kind.non_finite, Kind.exploding_gradient, Kind.saturated_activation, Kind.loss_divergence,
-                        Kind.unstable_loss, Kind.dead_activation, Kind.loss_plateau, Kind.vanishing_gradient),
-    Kind.exploding_gradient: (Kind.non_finite, Kind.loss_divergence, Kind.unstable_loss, Kind.dead_activation,
-                              Kind.no_gradient),
-    Kind.saturated_activation: (Kind.vanishing_gradient, Kind.loss_plateau),
-    Kind.dead_activation: (Kind.no_gradient, Kind.vanishing_gradient, Kind.loss_plateau),
-    Kind.vanishing_gradient: (Kind.loss_plateau, Kind.unchanged_weights),
-    Kind.unchanged_weights: (Kind.loss_plateau,),
-    Kind.no_gradient: (Kind.loss_plateau, Kind.unchanged_weights),
-    Kind.loss_divergence: (Kind.non_finite,),
-    Kind.unstable_loss: (Kind.saturated_activation,),
+
+# ---------------------------------------------------------------- wrong settings (no kind of their own)
+
+@dataclass
+class SettingCause:
+    """A training setting the weights show to be wrong. It has no Kind (the contract fixes the kinds): the
+    hypotheses it produced carry it. The first of them (by tier, then onset) states it in its summary and
+    ranks above the others; all of them get its fix as their first suggestion."""
+
+    setting: str  # "learning_rate" | "weight_decay"
+    onset: int  # the step its evidence began
+    statement: str  # "the learning rate is too large: ..."
+    fix: str
+    tiers: tuple[tuple[Kind, ...], ...]  # the kinds it produces, in the order they are chosen to name it
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    contradicts: str = "\0"  # suggestions containing this are dropped from what it produced (they point the other way)
+
+    @property
+    def effects(self) -> set[Kind]:
+        return set(chain.from_iterable(self.tiers))
+
+
+def _ratio(e: Event) -> Optional[float]:
+    m = e.metrics
+    value = next((m[k] for k in ("update_ratio", "ratio") if m.get(k) is not None), None)
+    return float(value) if value is not None else None
+
+
+def learning_rate_setting(ctx: Context) -> Optional[SettingCause]:
+    """Updates far larger than the weights they change (update-to-weight ratio, healthy ~1e-3): the lr. The
+    loss-level symptom it produced (divergence, oscillation, explosion) names it first; else the units it
+    killed or saturated, or the NaN or plateau that followed."""
+    evs = ctx.select(types=[EventType.parameter_update.value], to=["oversized"])
+    if not evs:
+        return None
+    ratios = [r for r in map(_ratio, evs) if r is not None]
+    size = f"{100 * max(ratios):.3g}% of their size" if ratios else "a large fraction of their size"
+    fix = next(iter(lower_lr(ctx)), "lower the learning rate")
+    return SettingCause("learning_rate", min(e.step for e in evs),
+                        f"the learning rate is too large: each step changes the weights by {size} (healthy: about "
+                        f"0.1%)", fix,
+                        ((Kind.loss_divergence, Kind.unstable_loss, Kind.exploding_gradient),
+                         (Kind.dead_activation, Kind.saturated_activation, Kind.non_finite, Kind.loss_plateau,
+                          Kind.no_gradient, Kind.vanishing_gradient)), _evidence(evs, 3),
+                        contradicts="raise the learning rate")
+
+
+def weight_decay_setting(ctx: Context) -> Optional[SettingCause]:
+    """Weight norms shrinking toward 0 under a weight_decay large enough to do it (its per-step shrink
+    lr*wd, or wd itself for Adam's L2 term): the network's output flattens, so the loss stops moving and
+    the gradients fade or vanish."""
+    evs = ctx.select(types=[EventType.parameter_update.value], to=["collapsing"])
+    if not evs:
+        return None
+    th = ctx.thresholds
+    large = []
+    for opt, g in ctx.groups():
+        wd = float(g["weight_decay"]) if _number(g.get("weight_decay")) else 0.0
+        lr = abs(float(g["lr"])) if _number(g.get("lr")) else 0.0
+        if wd >= th.weight_decay_large or (wd > 0 and lr * wd >= th.weight_decay_shrink):
+            large.append((wd, opt))
+    if not large:
+        return None
+    wd, opt = max(large)
+    decoupled = opt.lower() in ("adamw", "lion", "adafactor") or opt.lower().startswith("fused")
+    usual = "0.01-0.1" if decoupled else "1e-5-5e-4"
+    onset = min(e.step for e in evs)
+    return SettingCause("weight_decay", onset,
+                        f"weight decay collapses the weights: weight_decay={wd:g} with {opt} shrinks them toward 0 "
+                        f"from step {onset}",
+                        f"lower weight_decay ({wd:g} with {opt}) to {usual}, the usual range for {opt}",
+                        # a flat loss is what the user sees; then weights too small to pass a gradient on or
+                        # to move; "no gradient" and dead units (a detach, a ReLU) are the least direct readings
+                        ((Kind.loss_plateau,), (Kind.vanishing_gradient, Kind.unchanged_weights),
+                         (Kind.no_gradient, Kind.dead_activation)), _evidence(evs, 3))
+
+
+SETTINGS: tuple[Callable[[Context], Optional[SettingCause]], ...] = (learning_rate_setting, weight_decay_setting)
+
+
+# ---------------------------------------------------------------- the causal table the reasoner ranks with
+
+@dataclass(frozen=True)
+class Causes:
+    """What one kind can cause, and when its onset can be trusted."""
+
+    effects: tuple[Kind, ...]
+    dated_late: bool = False  # known only a window of losses in (the oscillation test needs two): its onset
+    #                          may be up to `loss_window` steps after the effects it caused
+    needs_training: bool = False  # arises from the updates: cannot explain what is present at step 0
+
+
+CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the first cause that holds
+    Kind.data_anomaly: Causes((Kind.non_finite, Kind.exploding_gradient, Kind.saturated_activation,
+                               Kind.loss_divergence, Kind.unstable_loss, Kind.dead_activation, Kind.loss_plateau,
+                               Kind.vanishing_gradient)),
+    Kind.exploding_gradient: Causes((Kind.non_finite, Kind.loss_divergence, Kind.unstable_loss,
+                                     Kind.dead_activation, Kind.no_gradient)),
+    Kind.saturated_activation: Causes((Kind.vanishing_gradient, Kind.loss_plateau)),
+    Kind.dead_activation: Causes((Kind.no_gradient, Kind.vanishing_gradient, Kind.loss_plateau)),
+    Kind.vanishing_gradient: Causes((Kind.loss_plateau, Kind.unchanged_weights)),
+    Kind.unchanged_weights: Causes((Kind.loss_plateau,)),
+    Kind.no_gradient: Causes((Kind.loss_plateau, Kind.unchanged_weights)),
+    Kind.loss_divergence: Causes((Kind.non_finite,)),
+    # a wild optimizer pins bounded units at their rails and now and then zeroes whole layers' gradients
+    Kind.unstable_loss: Causes((Kind.saturated_activation, Kind.no_gradient), dated_late=True, needs_training=True),
 }
-# consequences that can only follow from training itself: not if present from the first step
-AFTER_START: set[tuple[Kind, Kind]] = {(Kind.unstable_loss, Kind.saturated_activation)}
-# causes whose onset is known only to a window of losses (the oscillation test needs two of them)
-WINDOWED: set[Kind] = {Kind.unstable_loss}
 
 
 def _check_rules() -> None:

@@ -19,6 +19,10 @@ from neuraldbg_cli.events import ActStats
 DEAD, SAT01, SAT11, EXACT = 1, 2, 4, 8  # units never > 0; near 0 or 1; near -1 or 1; two-pass std + finite count
 SAT = SAT01 | SAT11
 CHEAP_ONLY = 16  # a normalisation layer: its output's scale is what it controls, so only the NaN check
+# where an activation's units (channels, features) lie, from the type of the layer it follows: dim 1 of
+# (N, C, ...) or the last dim of (..., features). Neither: dim 1 of a 4-d/5-d tensor (an image-like map),
+# else the last dim
+CHANNEL_FIRST, FEATURES_LAST = 32, 64
 
 RELU_LIKE = {"ReLU", "ReLU6", "Threshold", "RReLU"}
 SAT_FLAGS = {"Sigmoid": SAT01, "Hardsigmoid": SAT01, "Tanh": SAT11, "Hardtanh": SAT11, "Softsign": SAT11,
@@ -33,6 +37,34 @@ FINITE_PRESERVING = RELU_LIKE | set(SAT_FLAGS) | {
 
 NORMS = {"BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "LayerNorm", "GroupNorm", "RMSNorm",
          "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LocalResponseNorm"}
+
+_CHANNEL_FIRST_TYPES = {f"{base}{d}d" for d in (1, 2, 3) for base in (
+    "Conv", "ConvTranspose", "LazyConv", "LazyConvTranspose", "BatchNorm", "LazyBatchNorm", "InstanceNorm",
+    "LazyInstanceNorm", "MaxPool", "AvgPool", "AdaptiveMaxPool", "AdaptiveAvgPool", "LPPool", "FractionalMaxPool",
+    "Dropout", "ReflectionPad", "ReplicationPad", "ZeroPad", "ConstantPad", "CircularPad", "MaxUnpool")} | {
+    "SyncBatchNorm", "GroupNorm", "LocalResponseNorm", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
+    "PixelShuffle", "PixelUnshuffle", "ChannelShuffle", "Softmax2d"}
+# (HF's GPT-2 `Conv1D` is a Linear with its weight transposed: features last)
+_FEATURES_LAST_TYPES = {"Linear", "LazyLinear", "Bilinear", "Embedding", "EmbeddingBag", "LayerNorm", "RMSNorm",
+                        "MultiheadAttention", "RNN", "LSTM", "GRU", "TransformerEncoderLayer",
+                        "TransformerDecoderLayer", "Conv1D", "NonDynamicallyQuantizableLinear"}
+
+
+def unit_axis_flags(layer_type: Optional[str]) -> int:
+    """CHANNEL_FIRST / FEATURES_LAST for an activation that follows a module of this type (0: unknown)."""
+    if layer_type in _CHANNEL_FIRST_TYPES:
+        return CHANNEL_FIRST
+    return FEATURES_LAST if layer_type in _FEATURES_LAST_TYPES else 0
+
+
+def unit_axis(ndim: int, flags: int) -> int:
+    """The dim of an activation's units (see CHANNEL_FIRST); a 2-d (N, units) tensor is the same either way."""
+    if flags & CHANNEL_FIRST:
+        return 1
+    if flags & FEATURES_LAST:
+        return ndim - 1
+    return 1 if ndim in (4, 5) else ndim - 1
+
 
 SAMPLE_BLOCK = 256  # contiguous elements per sampled block (whole cache lines, and a token's features)
 SAMPLE = 1 << 14  # elements behind a fraction (and an activation's min): standard error at most 0.4 points
@@ -91,7 +123,7 @@ def full(x: torch.Tensor, flags: int) -> tuple[list[torch.Tensor], Layout]:
     if flags & DEAD:
         out.append(torch.eq(part, 0, out=t).sum())  # counts as 0/1 floats: several times faster than bools
         if x.dim() >= 2:
-            unit = 1 if x.dim() in (4, 5) else x.dim() - 1
+            unit = unit_axis(x.dim(), flags)
             peak = x.amax(dim=tuple(d for d in range(x.dim()) if d != unit))
             units = peak.numel()
             out[3] = peak.max()  # the exact max comes free with the units' peaks

@@ -3,16 +3,27 @@
     python scripts/score_scenarios.py            # all scenarios, 2 at a time
     python scripts/score_scenarios.py -k dead    # only scenarios whose name contains "dead"
     python scripts/score_scenarios.py --json out.json
+    python scripts/score_scenarios.py --dir scripts/scenarios_real   # real-world layouts (HF, Lightning, ...)
 
 Labels (scripts/scenarios/labels.json): accepted kinds (first = root cause), acceptable origin modules
 (null = not a module: data or loss), and the step window where the problem begins. A hypothesis counts
 when its confidence is >= 0.5 (what `--fail-on` and the status use). Prints one row per scenario, a
-calibration table (how often hypotheses at each confidence are right) and one summary line."""
+calibration table (how often hypotheses at each confidence are right) and one summary line.
+
+Optional label fields (scripts/scenarios_real uses them): `optimizer_steps` (the optimizer steps the plain script
+really makes: an int, or {"from_output": REGEX} whose group 1 is read from the script's own stdout, for unseeded
+scripts) checked against `steps_observed`; `lr` (a broken run's learning rate: a suggestion that proposes a higher
+one for a run labelled diverging/exploding/oscillating/NaN is counted as harmful advice); `exit` (the script's own
+exit status, default 0: a script that crashes by itself is not a crash of the tool); `requires` (packages the
+script imports: skipped, with the reason, when one is missing); `mention` (a regex the top hypothesis's text must
+contain, e.g. "weight decay")."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -24,9 +35,21 @@ ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scripts" / "scenarios"
 THRESHOLD = 0.5
 BINS = [(0.5, 0.6), (0.6, 0.7), (0.7, 0.8), (0.8, 0.9), (0.9, 1.01)]
+# the run kinds for which raising the learning rate is always the wrong way
+LR_DOWN_KINDS = {"loss_divergence", "exploding_gradient", "unstable_loss", "non_finite"}
+NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?"
+LR_WORD = r"(?:\blr\b|learning[ _-]?rate)"
 
 
-def run_one(name: str, workdir: Path, timeout: float, folder: Path = SCENARIOS) -> dict:
+def missing_packages(label: dict) -> list[str]:
+    return [p for p in label.get("requires", []) if importlib.util.find_spec(p) is None]
+
+
+def run_one(name: str, workdir: Path, timeout: float, folder: Path = SCENARIOS, label: dict | None = None) -> dict:
+    label = label or {}
+    missing = missing_packages(label)
+    if missing:
+        return {"name": name, "skipped": f"needs {', '.join(missing)} (pip install -e '.[integrations]')"}
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), PYTHONWARNINGS="ignore")
     run_dir = workdir / name.removesuffix(".py")
     t0 = time.perf_counter()
@@ -36,7 +59,7 @@ def run_one(name: str, workdir: Path, timeout: float, folder: Path = SCENARIOS) 
     except subprocess.TimeoutExpired:
         return {"name": name, "crash": "timeout", "seconds": timeout}
     seconds = time.perf_counter() - t0
-    if proc.returncode != 0:
+    if proc.returncode != label.get("exit", 0):
         return {"name": name, "crash": f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}", "seconds": seconds}
     if "internal error" in proc.stderr:
         return {"name": name, "crash": "internal error: " + proc.stderr.strip()[-300:], "seconds": seconds}
@@ -44,7 +67,50 @@ def run_one(name: str, workdir: Path, timeout: float, folder: Path = SCENARIOS) 
                         capture_output=True, text=True, env=env, timeout=120)
     if ex.returncode != 0:
         return {"name": name, "crash": f"explain exit {ex.returncode}: {ex.stderr.strip()[-300:]}", "seconds": seconds}
-    return {"name": name, "report": json.loads(ex.stdout), "seconds": seconds}
+    return {"name": name, "report": json.loads(ex.stdout), "seconds": seconds, "stdout": proc.stdout}
+
+
+def expected_steps(label: dict, stdout: str) -> int | None:
+    want = label.get("optimizer_steps")
+    if isinstance(want, dict):
+        found = re.findall(want["from_output"], stdout or "", re.M)
+        return int(found[-1]) if found else None
+    return want
+
+
+def proposed_lr(text: str, current: float | None) -> tuple[float | None, float | str] | None:
+    """(current, proposed) when `text` proposes a learning rate: "lr=X ... try Y" (X read from the text, else
+    `current`), or "higher" for a worded "increase/raise the learning rate"; None when it proposes none."""
+    t = text.lower()
+    if not re.search(LR_WORD, t):
+        return None
+    if re.search(rf"\b(?:increase|raise|double)\s+(?:the\s+)?{LR_WORD}|\b(?:higher|larger)\s+{LR_WORD}", t):
+        return (current, "higher")
+    m = re.search(rf"\b(?:try|to)\s+(?:(?:a|an|the)\s+)?(?:{LR_WORD}\s*(?:=|:|of)?\s*)?(?:about|around|~)?\s*({NUM})", t)
+    if not m:
+        return None
+    x = re.search(rf"{LR_WORD}\s*(?:=|:|is|of)?\s*({NUM})", t[:m.start()])
+    ys = [float(m.group(1))]  # and the alternatives right after it: "try 1e-3 or 3e-4", "1e-3, 1e-2"
+    rest = t[m.end():]
+    while (n := re.match(rf"\s*(?:,\s*(?:or\s+)?|or\s+|/\s*)({NUM})", rest)):
+        ys.append(float(n.group(1)))
+        rest = rest[n.end():]
+    return (float(x.group(1)) if x else current, max(ys))
+
+
+def harmful_advice(hyps: list[dict], label: dict) -> list[str]:
+    """Suggestions that raise the learning rate of a run labelled diverging/exploding/oscillating/NaN (in any
+    hypothesis), or in a top-3 hypothesis that itself says so (any run)."""
+    run_down = not label.get("healthy", False) and bool(LR_DOWN_KINDS & set(label.get("kinds", [])))
+    out = []
+    for i, h in enumerate(hyps):
+        if not (run_down or (i < 3 and h["kind"] in LR_DOWN_KINDS)):
+            continue
+        for s in h.get("suggestions") or []:
+            p = proposed_lr(s, label.get("lr")) if isinstance(s, str) else None
+            if p and (p[1] == "higher" or (p[0] is not None and p[1] > p[0] * (1 + 1e-9))):
+                out.append(f"{h['kind']}: {s}")
+    return out
 
 
 def origin_ok(origin: str | None, accepted: list) -> bool:
@@ -58,17 +124,30 @@ def origin_ok(origin: str | None, accepted: list) -> bool:
 
 def judge(result: dict, label: dict) -> dict:
     out = {"name": result["name"], "healthy": label.get("healthy", False), "seconds": result.get("seconds", 0.0)}
+    if "skipped" in result:
+        out.update(skipped=result["skipped"], strong=[])
+        return out
     if "crash" in result:
         out.update(crash=result["crash"], strong=[])
         return out
     strong = [h for h in result["report"]["hypotheses"] if h["confidence"] >= THRESHOLD]
     out["strong"] = [(h["kind"], h["confidence"], h["origin"]["module"], h["origin"]["step"], h.get("caused_by"))
                      for h in strong]
+    if "optimizer_steps" in label:
+        want = expected_steps(label, result.get("stdout", ""))
+        out["steps_expected"], out["steps_observed"] = want, result["report"].get("steps_observed")
+        out["steps_ok"] = want is not None and out["steps_observed"] == want
+    out["harmful"] = harmful_advice(result["report"]["hypotheses"], label)
     if out["healthy"]:
         out["false_alarm"] = bool(strong)
         return out
     kinds = label["kinds"]
     out["detect1"] = bool(strong) and strong[0]["kind"] in kinds
+    if out["detect1"] and label.get("mention"):
+        text = " ".join([strong[0].get("summary", "")] + [s for s in strong[0].get("suggestions") or []
+                                                          if isinstance(s, str)])
+        out["mention"] = bool(re.search(label["mention"], text, re.I))
+        out["detect1"] = out["mention"]
     hit = next((h for h in strong[:3] if h["kind"] in kinds), None)
     out["detect3"] = hit is not None
     if hit is not None:
@@ -115,10 +194,15 @@ def main() -> int:
     names = sorted(n for n in labels if args.k in n)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ndbg-score-") as tmp, ThreadPoolExecutor(args.j) as pool:
-        results = list(pool.map(lambda n: run_one(n, Path(tmp), args.timeout, folder), names))
+        results = list(pool.map(lambda n: run_one(n, Path(tmp), args.timeout, folder, labels[n]), names))
     rows = [judge(r, labels[r["name"]]) for r in results]
+    skipped = [r for r in rows if "skipped" in r]
+    rows = [r for r in rows if "skipped" not in r]
+    with_steps = any("optimizer_steps" in labels[n] for n in names)
+    extra = any("optimizer_steps" in labels[n] or "lr" in labels[n] for n in names)
 
-    print(f"{'scenario':52} {'expected':22} {'top (conf, origin, step)':44} verdict")
+    print(f"{'scenario':52} {'expected':22} {'top (conf, origin, step)':44} "
+          + ("steps (seen/expected) " if with_steps else "") + "verdict")
     for r in rows:
         lab = labels[r["name"]]
         exp = "healthy" if r["healthy"] else ",".join(lab["kinds"])
@@ -130,8 +214,18 @@ def main() -> int:
             verdict = "FALSE ALARM" if r["false_alarm"] else "ok"
         else:
             verdict = ("ok" if r["detect1"] else "@3" if r["detect3"] else "MISS") + (
-                "" if r.get("origin", True) else " origin?") + ("" if r.get("step", True) else " step?")
-        print(f"{r['name'][:52]:52} {exp[:22]:22} {top_s[:44]:44} {verdict}")
+                "" if r.get("origin", True) else " origin?") + ("" if r.get("step", True) else " step?") + (
+                "" if r.get("mention", True) else " (not named)")
+        if r.get("harmful"):
+            verdict += f" HARMFUL ADVICE: {r['harmful'][0][:80]}"
+        steps_s = ""
+        if with_steps:
+            steps_s = ("-" if "steps_expected" not in r else
+                       f"{r['steps_observed']}/{r['steps_expected']}" + ("" if r["steps_ok"] else " WRONG"))
+            steps_s = f"{steps_s:21} "
+        print(f"{r['name'][:52]:52} {exp[:22]:22} {top_s[:44]:44} {steps_s}{verdict}")
+    for r in skipped:
+        print(f"{r['name'][:52]:52} SKIPPED: {r['skipped']}")
 
     buggy = [r for r in rows if not r["healthy"]]
     healthy = [r for r in rows if r["healthy"]]
@@ -151,7 +245,14 @@ def main() -> int:
                f"step-window {pct(sum(r.get('step', False) for r in detected), len(detected))} | "
                f"false alarms {sum(r.get('false_alarm', False) for r in healthy)}/{len(healthy)} | "
                f"crashes {sum('crash' in r for r in rows)} | "
-               f"precision@>=0.8 {pct(hi_right, len(hi))} | {time.perf_counter() - t0:.0f}s")
+               f"precision@>=0.8 {pct(hi_right, len(hi))} | ")
+    if extra:
+        counted = [r for r in rows if "steps_expected" in r]
+        summary += (f"steps {sum(r['steps_ok'] for r in counted)}/{len(counted)} | "
+                    f"harmful advice {sum(len(r.get('harmful', [])) for r in rows)} | ")
+    if skipped:
+        summary += f"skipped {len(skipped)} | "
+    summary += f"{time.perf_counter() - t0:.0f}s"
     print("\n" + summary)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -3,7 +3,8 @@ import math
 
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import ActStats, GradStats, ModelInfo, ModuleInfo, StepRecord
-from neuraldbg_cli.monitor import Machine, Monitor, classify_activation, classify_data, classify_gradient, classify_loss
+from neuraldbg_cli.monitor import (LossSeries, Machine, Monitor, classify_activation, classify_data,
+                                   classify_gradient)
 
 TH = Thresholds()
 
@@ -45,15 +46,16 @@ def test_data_states():
     assert classify_data(act(mean=0.0, std=15.0), (0.0, 1.0), 20.0, TH) == "shifted"
 
 
+def _last_state(losses):
+    s = LossSeries(TH)
+    return [s.add(i, v) for i, v in enumerate(losses)][-1][0]
+
+
 def test_loss_states():
-    flat = [1.0 + 0.001 * (i % 2) for i in range(20)]
-    assert classify_loss(flat[:10], flat, 1.0, TH) == "plateau"
-    falling = [1.0 / (1 + i) for i in range(30)]
-    assert classify_loss(falling[:10], falling[-20:], min(falling), TH) == "normal"
-    rising = [1.0 * 1.2 ** i for i in range(30)]
-    assert classify_loss(rising[:10], rising[-20:], 1.0, TH) == "diverging"
-    jumpy = [0.7 if i % 2 else 3.0 for i in range(30)]
-    assert classify_loss([0.7] * 10, jumpy[-20:], 0.7, TH) == "oscillating"
+    assert _last_state([1.3 + 0.001 * (i % 2) for i in range(60)]) == "plateau"
+    assert _last_state([1.0 / (1 + i) for i in range(30)]) == "normal"
+    assert _last_state([1.0 * 1.2 ** i for i in range(30)]) == "diverging"
+    assert _last_state([0.7] * 10 + [0.7 if i % 2 else 3.0 for i in range(30)]) == "oscillating"
 
 
 def test_machine_debounce_and_onset():

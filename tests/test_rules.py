@@ -32,7 +32,8 @@ def test_cause_ranks_above_consequence():
     ctx = Context(events=evs)
     hyps = rank([h for h in (r(ctx) for r in RULES) if h], slack=10)
     assert [h.kind for h in hyps][:2] == [Kind.exploding_gradient, Kind.non_finite]
-    assert hyps[1].caused_by == Kind.exploding_gradient and hyps[1].confidence < hyps[0].confidence
+    # the contract: a consequence ranks below its cause and names it; its confidence (presence) is kept
+    assert hyps[1].caused_by == Kind.exploding_gradient and hyps[1].confidence == 0.9
 
 
 def test_consequence_that_started_first_is_not_demoted():

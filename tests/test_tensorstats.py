@@ -72,3 +72,32 @@ def test_input_data_counts_non_finite_exactly():
 def test_host_values_keep_the_parts_order_with_a_vector_among_them():
     parts = [torch.tensor(1.0), torch.tensor([2.0, 3.0]), torch.tensor(4.0), torch.tensor([5.0])]
     assert ts.host_values(parts) == [1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def _dead_frac(x, layer_type):
+    values, lay = ts.full(x, ts.DEAD | ts.SAT | ts.unit_axis_flags(layer_type))
+    return ts.act_stats(torch.stack(values).tolist(), lay).dead_frac, lay.units
+
+
+def test_dead_units_are_channels_after_a_conv_and_features_after_a_linear():
+    """(N, C, ...) after Conv*/BatchNorm*/GroupNorm, (..., features) after Linear, whatever the rank:
+    7 of 8 Conv1d channels forced dead read 0.875, not 0.0 along the length axis."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv1d(4, 8, 3)
+    with torch.no_grad():
+        conv.bias[:7] = -100.0
+        y = torch.relu(conv(torch.randn(16, 4, 32)))
+    assert _dead_frac(y, "Conv1d") == (0.875, 8)
+    assert _dead_frac(y, "BatchNorm1d") == (0.875, 8)
+    conv3 = torch.nn.Conv3d(2, 8, 1)
+    with torch.no_grad():
+        conv3.bias[:6] = -100.0
+        y3 = torch.relu(conv3(torch.randn(2, 2, 3, 4, 5)))
+    assert _dead_frac(y3, "Conv3d") == (0.75, 8)
+    lin = torch.nn.Linear(6, 8)  # on a 4-d (N, H, W, C) input, as in a channels-last MLP block
+    with torch.no_grad():
+        lin.bias[:4] = -100.0
+        z = torch.relu(lin(torch.randn(2, 5, 5, 6)))
+    assert _dead_frac(z, "Linear") == (0.5, 8)
+    assert _dead_frac(z, "Conv1D") == (0.5, 8)  # HF GPT-2's Conv1D is a Linear: features last
+    assert _dead_frac(y3, None) == (0.75, 8)  # an unknown layer: an image-like map's channels are dim 1

@@ -1,0 +1,203 @@
+"""The loss model and the monitor's event stream, fed StepRecords directly (pure, no torch): divergence
+caught from the first steps and dated where the rise began, plateaus told from converged runs, settled
+oscillations back to normal, loss series judged separately, events in step order, weight update states."""
+import math
+import random
+
+from neuraldbg_cli.config import Thresholds
+from neuraldbg_cli.events import GradStats, ModelInfo, ModuleInfo, StepRecord
+from neuraldbg_cli.monitor import Monitor
+
+TH = Thresholds()
+
+
+def run(losses, series=None, records=None):
+    """Feed one loss per step (or per-series dicts); return the emitted events."""
+    events = []
+    mon = Monitor(TH, events.append)
+    for step, v in enumerate(losses):
+        rec = StepRecord(step=step, sampled=step % 10 == 0)
+        if isinstance(v, dict):
+            rec.losses = dict(v)
+            rec.loss = next(iter(v.values()))
+        else:
+            rec.loss = v
+        mon.observe(rec)
+    mon.finish()
+    return events
+
+
+def loss_events(events, root=None):
+    return [(e.from_, e.to, e.step) for e in events if e.site == "loss" and e.root == root]
+
+
+def noisy(level, rel, n, seed=0):
+    rng = random.Random(seed)
+    return [level * math.exp(rng.gauss(0, rel)) for _ in range(n)]
+
+
+def test_early_blow_up_is_divergence_dated_at_the_rise():
+    # word-LM at lr 2000: 9.3 -> 126,825 by step 2, then the script dies at step 10
+    losses = [9.3, 9.2, 9_000.0, 126_825.0, 2e5, 5e5, 9e5, 3e6, 1e7, 4e7]
+    evs = loss_events(run(losses))
+    assert evs and evs[0][1] == "diverging" and evs[0][2] == 2, evs
+    assert all(to != "plateau" for _, to, _ in evs)
+
+
+def test_late_rise_is_dated_where_it_began_not_at_the_best():
+    falling = [3.3 * math.exp(-i / 60) for i in range(300)]  # best reached near the end of the descent
+    flat = noisy(falling[-1], 0.02, 400, seed=1)  # long stretch at the best level
+    rising = [flat[-1] * 1.02 ** i for i in range(150)]  # the rise begins at step 700
+    evs = loss_events(run(falling + flat + rising))
+    div = [e for e in evs if e[1] == "diverging"]
+    assert div and 690 <= div[0][2] <= 720, evs
+
+
+def test_settled_oscillation_returns_to_normal():
+    # early swings (regression at a too-high lr that then settles), then smooth convergence
+    swings = [3.0 if i % 2 else 0.3 for i in range(40)]
+    settle = [0.3 * math.exp(-i / 40) * (1 + 0.05 * (i % 2)) for i in range(200)]
+    evs = loss_events(run(swings + settle))
+    assert any(to == "oscillating" for _, to, _ in evs), evs
+    assert evs[-1][1] == "normal", evs
+
+
+def test_converged_fine_tuning_is_healthy():
+    # starts converged: flat at its noise floor (mini-batch noise ~30% of the level) from step 0
+    evs = loss_events(run(noisy(0.05, 0.3, 400, seed=2)))
+    assert all(to == "normal" for _, to, _ in evs), evs
+
+
+def test_noise_floor_after_training_is_healthy():
+    losses = [2.0 * math.exp(-i / 10) + 0.25 for i in range(40)] + noisy(0.27, 0.1, 300, seed=3)
+    evs = loss_events(run(losses))
+    assert all(to == "normal" for _, to, _ in evs), evs
+
+
+def test_stuck_at_chance_is_a_plateau():
+    pinned = [math.log(27) + 1e-5 * (i % 3) for i in range(300)]  # weight decay collapse: pinned at ln 27
+    evs = loss_events(run(pinned))
+    assert evs and evs[-1][1] == "plateau" and evs[0][2] == 0, evs
+    shuffled = noisy(math.log(3), 0.03, 300, seed=4)  # shuffled labels: at chance from step 0
+    evs = loss_events(run(shuffled))
+    assert evs and evs[-1][1] == "plateau", evs
+    # a regression stuck at the target variance: falls ~10% to predicting the mean, then flat (9% noise)
+    stuck = [1.1 - 0.01 * i for i in range(10)] + noisy(1.0, 0.09, 150, seed=8)
+    evs = loss_events(run(stuck))
+    assert evs and evs[-1][1] == "plateau", evs
+
+
+def test_short_flat_stretch_is_no_lasting_plateau():
+    losses = [1.0 + 0.001 * (i % 2) for i in range(6)] + [1.0 * math.exp(-i / 20) for i in range(200)]
+    evs = loss_events(run(losses))
+    assert not any(to == "plateau" for _, to, _ in evs), evs
+    # a flat start long enough to be judged, that then learns, does not stay a plateau
+    losses = noisy(1.1, 0.02, 60, seed=5) + [1.1 * math.exp(-i / 20) for i in range(200)]
+    evs = loss_events(run(losses))
+    assert not evs or evs[-1][1] == "normal", evs
+
+
+def test_series_are_judged_separately():
+    rng = random.Random(6)
+    steps = [{"D": 1.3 * math.exp(rng.gauss(0, 0.02)) * math.exp(-i / 200),
+              "G": 0.7 * (1.05 ** i if i >= 50 else 1.0)} for i in range(120)]
+    events = run(steps)
+    assert not loss_events(events, "D"), loss_events(events, "D")
+    g = loss_events(events, "G")
+    assert g and g[0][1] == "diverging" and 45 <= g[0][2] <= 60, g
+    # the losses of models trained in the same steps (a GAN) are a game: flat ones are no plateau
+    flat = [{"D": 1.3 + 0.01 * (i % 3), "G": 0.7 + 0.01 * (i % 2)} for i in range(200)]
+    assert not [e for e in run(flat) if e.to == "plateau"]
+
+
+def test_negative_losses_are_judged_raw():
+    rng = random.Random(7)
+    losses = [-1.0 + 0.05 * rng.gauss(0, 1) for _ in range(200)]  # e.g. a policy-gradient loss near -1
+    assert all(to == "normal" for _, to, _ in loss_events(run(losses)))
+    losses = [-1.0 + 0.01 * rng.gauss(0, 1) for _ in range(50)] + [-1.0 + 0.5 * i for i in range(30)]
+    evs = loss_events(run(losses))
+    assert any(to == "diverging" and 48 <= step <= 55 for _, to, step in evs), evs
+
+
+def test_events_are_written_in_step_order():
+    events = []
+    mon = Monitor(TH, events.append)
+    mods = {f"l{i}": ModuleInfo(name=f"l{i}", type="Linear", params=100, weight_ndim2=True) for i in range(3)}
+    mon.set_models([ModelInfo(name="Net", cls="Net", modules=mods, order=list(mods))])
+    falling = [3.0 * math.exp(-i / 30) for i in range(120)]
+    losses = falling + [falling[-1] * 1.05 ** i for i in range(80)]
+    for step, loss in enumerate(losses):
+        rec = StepRecord(step=step, sampled=True, loss=loss)
+        for i in range(3):  # l0's gradient explodes at 150, long after the loss began to rise (120)
+            rec.grads[("Net", f"l{i}")] = GradStats(norm=(1e6 if i == 0 and step >= 150 else 1.0), numel=100)
+        mon.observe(rec)
+    mon.finish()
+    steps = [e.step for e in events]
+    assert steps == sorted(steps), steps
+    assert any(e.to == "diverging" for e in events) and any(e.to == "exploding" for e in events)
+
+
+def test_non_finite_is_written_at_its_step():
+    events = []
+    mon = Monitor(TH, events.append)
+    for step in range(30):
+        mon.observe(StepRecord(step=step, sampled=False, loss=1.0 / (1 + step)))
+    mon.observe(StepRecord(step=30, sampled=False, loss=math.nan))
+    assert [e.to for e in events] == ["non_finite"]  # out before the run ends (it may crash next)
+
+
+def _weights_run(norms, updates, steps=8):
+    """norms/updates: step -> (weight_norm, update_norm) of each of 3 matrix layers."""
+    events = []
+    mon = Monitor(TH, events.append)
+    mods = {f"l{i}": ModuleInfo(name=f"l{i}", type="Linear", params=100, weight_ndim2=True, in_optimizer=True)
+            for i in range(3)}
+    mon.set_models([ModelInfo(name="Net", cls="Net", modules=mods, order=list(mods))])
+    for step in range(steps):
+        rec = StepRecord(step=step, sampled=True, loss=1.0)
+        for i in range(3):
+            rec.grads[("Net", f"l{i}")] = GradStats(norm=0.1, numel=100, weight_norm=norms(step),
+                                                    checksum=(step,), update_norm=updates(step))
+        mon.observe(rec)
+    mon.finish()
+    return [(e.module, e.to, e.step, e.metrics) for e in events if e.site == "weights"]
+
+
+def test_oversized_updates():
+    evs = _weights_run(lambda s: 5.0 * 1.5 ** s, lambda s: 2.5 * 1.5 ** s)  # each step moves 50% of the norm
+    assert {m for m, to, _, _ in evs if to == "oversized"} == {"l0", "l1", "l2"}, evs
+    assert all(met["update_ratio"] == 0.5 for _, to, _, met in evs if to == "oversized")
+    # healthy: Adam lr 1e-3 moves ~0.5-4% per step on a small fresh net
+    assert not _weights_run(lambda s: 5.0, lambda s: 0.2)
+
+
+def test_collapsing_weights():
+    # weight decay 1000: the norm halves every step, the updates are the shrink itself
+    evs = _weights_run(lambda s: 5.0 * 0.5 ** s, lambda s: 5.0 * 0.5 ** (s + 1), steps=12)
+    collapse = [e for e in evs if e[1] == "collapsing"]
+    assert {m for m, *_ in collapse} == {"l0", "l1", "l2"}, evs
+    assert all(e[1] != "oversized" for e in evs), evs  # a shrinking step is decay, not an oversized lr
+    assert all(met["weight_ratio"] < TH.weight_collapse_frac for *_, met in collapse)
+
+
+def test_activation_blow_up_carries_the_metric_that_moved():
+    from neuraldbg_cli.events import ActStats
+
+    def act(std):
+        return ActStats(n=64.0, mean=0.0, std=std, min=-3 * std, max=3 * std, zero_frac=0.0, dead_frac=0.0,
+                        sat01=0.0, sat11=0.0, nonfinite=0.0)
+
+    events = []
+    mon = Monitor(TH, events.append)
+    mods = {n: ModuleInfo(name=n, type="Linear", params=100, weight_ndim2=True) for n in ("hidden", "logits")}
+    mon.set_models([ModelInfo(name="Net", cls="Net", modules=mods, order=list(mods))])
+    for step in range(10):
+        # hidden blows up 1e4x at step 5; the logits grow 130x from a near-0 init, as a confident classifier's do
+        rec = StepRecord(step=step, sampled=True, loss=1.0)
+        rec.acts[("Net", "hidden", "output")] = act(1.0 if step < 5 else 1e4)
+        rec.acts[("Net", "logits", "output")] = act(0.05 * 1.7 ** step)
+        mon.observe(rec)
+    mon.finish()
+    anomalous = [e for e in events if e.to == "anomalous"]
+    assert [(e.module, e.step) for e in anomalous] == [("hidden", 5)], anomalous
+    assert anomalous[0].metrics["std_ratio"] == 1e4 and anomalous[0].metrics["baseline_std"] == 1.0
