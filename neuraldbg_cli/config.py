@@ -22,12 +22,11 @@ class Thresholds(BaseModel):
                           "(non-finite values are reported at once)")
     vanish_ratio: float = Field(1e-4, description="a layer whose gradient RMS is below this fraction of the "
                                 "largest layer's in the same model is vanishing: healthy nets stay within ~1e-2")
-    vanish_context: int = Field(2, description="matrix layers after a layer, in forward order, whose gradient "
-                                "must be small too: vanishing toward the input is small at that depth")
-    vanish_context_ratio: float = Field(1e-2, description="...below this fraction of the largest layer's: one "
-                                        "kind of layer that is small by design (attention query/key at "
-                                        "initialisation, 1e-5 of the largest) sits beside a value projection "
-                                        "that is not")
+    vanish_context_ratio: float = Field(1e-2, description="a layer repeated in a stack of blocks vanishes only "
+                                        "below this fraction of the same layer's gradient deeper in the stack: "
+                                        "healthy stacks keep repeats within ~3x, a vanishing one loses 5-10x per "
+                                        "block, and attention query/key, 1e-5 of the largest layer at "
+                                        "initialisation in every block, are small by design")
     vanish_abs: float = Field(1e-10, description="gradient RMS this small is vanishing whatever the other layers do")
     explode_growth: float = Field(1e3, description="gradient RMS this many times its own early baseline is exploding")
     explode_abs: float = Field(1e2, description="gradient RMS above this is exploding outright (healthy "

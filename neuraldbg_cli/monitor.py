@@ -7,6 +7,7 @@ the state *began*, so the reasoner sees onsets, not confirmations. Non-finite va
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from neuraldbg_cli.events import (RUN_STATES, ActState, ActStats, DataState, Eve
 HEALTHY = {GradState.healthy.value, ActState.normal.value, LossState.normal.value, DataState.normal.value,
            UpdateState.updating.value}
 NON_FINITE = "non_finite"
+_DIGITS = re.compile(r"\d+")  # block numbers in module names
 
 
 def _finite(v: Optional[float]) -> bool:
@@ -30,18 +32,15 @@ def _finite(v: Optional[float]) -> bool:
 def classify_gradient(rms: Optional[float], ref_max: float, ref_median: float, baseline: Optional[float],
                       matrix: bool, depth: int, th: Thresholds, ahead: Optional[float] = None) -> str:
     """rms: this module's gradient RMS (None: no gradient). ref_*: over matrix layers of the same model.
-    ahead: the largest RMS of the next matrix layers in forward order: a gradient that vanishes toward the
-    input is small at that depth, not only in one kind of layer (attention query/key at initialisation are
-    1e-5 of the largest while the value projection beside them is not)."""
+    ahead: the largest RMS of the same layer in the other blocks of a repeated stack (see Monitor._ahead)."""
     if rms is None or rms == 0.0:
         return GradState.absent.value
     if not math.isfinite(rms):
         return GradState.non_finite.value
     if rms > th.explode_abs or (baseline and rms > th.explode_growth * baseline):
         return GradState.exploding.value
-    near = rms if ahead is None else max(rms, ahead)
     if matrix and (rms < th.vanish_abs or (depth >= 3 and rms < th.vanish_ratio * ref_max
-                                          and near < th.vanish_context_ratio * ref_max)):
+                                          and (ahead is None or rms < th.vanish_context_ratio * ahead))):
         return GradState.vanishing.value
     return GradState.healthy.value
 
@@ -510,15 +509,19 @@ class Monitor:
                                      ahead.get(name))
 
     def _ahead(self, model: ModelInfo, rms: dict[str, Optional[float]]) -> dict[str, float]:
-        """Per matrix layer, the largest gradient RMS among the next `vanish_context` matrix layers in forward
-        order (None when there are none: the layer is judged alone)."""
-        ordered = [n for n in model.order if n in rms and model.modules[n].weight_ndim2 and _finite(rms[n])]
-        k = self.th.vanish_context
+        """Per matrix layer that repeats (the same name with other block numbers: `layer.0.attention.query`,
+        `layer.5.attention.query`), the largest gradient RMS among its repeats. A gradient vanishing toward
+        the input leaves a block's layer far below the same layer deeper in the stack; a layer that is small
+        in every block is small by design (attention query/key at initialisation), not vanishing."""
+        groups: dict[str, list[str]] = {}
+        for n, v in rms.items():
+            if model.modules[n].weight_ndim2 and _finite(v):
+                groups.setdefault(_DIGITS.sub("#", n), []).append(n)
         out: dict[str, float] = {}
-        for i, name in enumerate(ordered):
-            nxt = [rms[n] for n in ordered[i + 1:i + 1 + k]]
-            if nxt:
-                out[name] = max(nxt)  # type: ignore[type-var]
+        for names in groups.values():
+            if len(names) >= 2:
+                top = max(rms[n] for n in names)  # type: ignore[type-var]
+                out.update((n, top) for n in names)  # type: ignore[misc]
         return out
 
     def _judge_gradient(self, rec: StepRecord, model: ModelInfo, root: str, name: str, value: Optional[float],
