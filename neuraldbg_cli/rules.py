@@ -435,12 +435,13 @@ def no_gradient(ctx: Context) -> Optional[Hypothesis]:
 def _loss_persistence(ctx: Context, evs: list[Event], state: str, intermittent: bool) -> float:
     """Confidence factor for a loss state: 1 when it lasts to the end (or turned non-finite, which is worse).
     A state that ended is history, not a present problem: below the 0.5 that --fail-on reads, unless an
-    intermittent state (an oscillation comes and goes) took most of the run after its onset."""
+    intermittent state (an oscillation comes and goes) took most of the run after its onset, or the loss
+    came out of it onto a plateau (a blow-up that wrecked the progress: the plateau is its consequence)."""
     end = max((e.step for e in ctx.select(types=[EventType.run_summary.value])), default=None)
     shares = []
     for key in {(e.type, e.root, e.module, e.site) for e in evs}:
-        if ctx.last_to(key) in (state, "non_finite"):
-            shares.append(1.0)
+        if ctx.last_to(key) in (state, "non_finite") or (state != "plateau" and ctx.last_to(key) == "plateau"):
+            shares.append(1.0)  # still there, worse, or over but the loss never won back its progress (stuck)
             continue
         moves = sorted((e for e in ctx.select(types=[key[0]]) if (e.type, e.root, e.module, e.site) == key),
                        key=attrgetter("step"))
@@ -615,9 +616,12 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
     Kind.vanishing_gradient: Causes((Kind.loss_plateau, Kind.unchanged_weights)),
     Kind.unchanged_weights: Causes((Kind.loss_plateau,)),
     Kind.no_gradient: Causes((Kind.loss_plateau, Kind.unchanged_weights)),
-    Kind.loss_divergence: Causes((Kind.non_finite,)),
+    # a blow-up that wrecks the weights leaves saturated/dead units, faded gradients and a stalled loss
+    Kind.loss_divergence: Causes((Kind.non_finite, Kind.loss_plateau, Kind.saturated_activation,
+                                  Kind.dead_activation, Kind.vanishing_gradient, Kind.no_gradient)),
     # a wild optimizer pins bounded units at their rails and now and then zeroes whole layers' gradients
-    Kind.unstable_loss: Causes((Kind.saturated_activation, Kind.no_gradient), dated_late=True, needs_training=True),
+    Kind.unstable_loss: Causes((Kind.saturated_activation, Kind.no_gradient, Kind.loss_plateau), dated_late=True,
+                               needs_training=True),
 }
 
 
