@@ -456,11 +456,20 @@ def _loss_persistence(ctx: Context, evs: list[Event], state: str, intermittent: 
         span = max(1, last - (onset or 0))
         shares.append(min(1.0, inside / span))
     share = max(shares, default=0.0)
-    if share >= 1.0:
+    if share >= 1.0 or (state == "diverging" and _lasting_damage(ctx, min(e.step for e in evs))):
         return 1.0
     if intermittent and share >= 0.5:
         return 0.65 + 0.35 * share
     return min(0.6, 0.5 + 0.1 * share)  # base <= 0.8: at most 0.48
+
+
+def _lasting_damage(ctx: Context, since: int) -> bool:
+    """Whether units or gradients went dead, saturated or vanishing after `since` and stayed so: a blow-up
+    of the loss that left such damage is over, but its harm is not (the weights it wrecked stay wrecked)."""
+    for e in ctx.select(to=("vanishing", "saturated", "dead")):
+        if e.step >= since and ctx.last_to((e.type, e.root, e.module, e.site)) == e.to:
+            return True
+    return False
 
 
 def _loss_rule(ctx: Context, state: str, kind: Kind, base: float, phrase: str, tips: list[str],
