@@ -28,6 +28,11 @@ class Kind(str, Enum):
     loss_plateau = "loss_plateau"
     loss_divergence = "loss_divergence"
     unstable_loss = "unstable_loss"
+    rank_divergence = "rank_divergence"  # distributed: replicas that should be identical differ
+    rank_desync = "rank_desync"  # distributed: ranks disagree on how far they trained
+
+
+CROSS_RANK_KINDS = frozenset({Kind.rank_divergence, Kind.rank_desync})  # judged across ranks (crossrank.py)
 
 
 class GradState(str, Enum):
@@ -147,7 +152,7 @@ class StepRecord:
     losses: dict[str, float] = field(default_factory=dict)  # series (the trained root model) -> its loss this step
     acts: dict[tuple[str, str, str], Any] = field(default_factory=dict)  # (root, module, site) -> stats
     grads: dict[tuple[str, str], GradStats] = field(default_factory=dict)  # (root, module) -> stats
-    scale: Optional[float] = None  # GradScaler scale, if any
+    time: Optional[float] = None  # when the step closed (perf_counter seconds): per-rank step times
     active: Optional[set[str]] = None  # roots whose forward ran this step (None: unknown, judge all)
 
 
@@ -170,6 +175,7 @@ class ModelInfo:
     n_modules: int = 0
     n_params: int = 0
     order: list[str] = field(default_factory=list)  # observed modules in forward-call order
+    wrappers: list[str] = field(default_factory=list)  # DDP, FSDP, torch.compile... around it, outermost first
 
 
 # ---- reasoner output ----
@@ -179,6 +185,7 @@ class Origin(BaseModel):
     module: Optional[str] = None
     step: Optional[int] = None
     root: Optional[str] = None
+    rank: Optional[int] = None  # distributed runs: the rank where it began first
 
 
 class Hypothesis(BaseModel):
@@ -191,6 +198,7 @@ class Hypothesis(BaseModel):
     propagation: list[str] = Field(default_factory=list)
     suggestions: list[str] = Field(default_factory=list)
     caused_by: Optional[Kind] = None
+    ranks: Optional[list[int]] = None  # distributed runs: the ranks that show it
 
 
 class ModelSummary(BaseModel):
@@ -212,4 +220,10 @@ class Report(BaseModel):
     run: dict[str, Any] = Field(default_factory=dict)  # exit status, cut short, script
 
     def to_json_dict(self) -> dict[str, Any]:
-        return self.model_dump(by_alias=True, mode="json")
+        """The contract's JSON; `ranks` and `origin.rank` only for a distributed run."""
+        out = self.model_dump(by_alias=True, mode="json")
+        for h in out["hypotheses"]:
+            if h.get("ranks") is None:
+                h.pop("ranks", None)
+                h["origin"].pop("rank", None)
+        return out

@@ -23,10 +23,12 @@ from typing import Any, Optional
 
 from neuraldbg_cli import __version__
 from neuraldbg_cli.config import Settings
+from neuraldbg_cli.distributed import (JOB_FILE, LAUNCHED, RankInfo, claim_first, is_launcher, job_start,
+                                       launcher_argv, parse_launch, rank_info, settings_env, shared_run_dir)
 from neuraldbg_cli.errors import ExitCode, NeuraldbgError
 from neuraldbg_cli.events import ActStats, META_SCHEMA, SemanticEvent, StepRecord
 from neuraldbg_cli.monitor import Monitor
-from neuraldbg_cli.trace import RunWriter, point_latest, read_run
+from neuraldbg_cli.trace import EVENTS, META, RunWriter, point_latest, rank_file, read_job
 
 MAX_LIVE_LINES = 40
 
@@ -72,15 +74,25 @@ def default_run_dir(stem: str) -> Path:
     return path
 
 
-def prepare_run_dir(settings: Settings, stem: str) -> Path:
-    run_dir = Path(settings.run_dir) if settings.run_dir else default_run_dir(stem)
+def prepare_run_dir(settings: Settings, stem: str, info: Optional[RankInfo] = None) -> Path:
+    """The run directory, made and checked writable. A rank of a torchrun job shares its job's directory
+    (distributed.shared_run_dir) and refuses one that already holds its rank's trace."""
+    explicit = settings.run_dir is not None
+    if info is not None:
+        run_dir = Path(settings.run_dir) if explicit else Path("runs") / f"{job_start():%Y%m%d-%H%M%S}-{stem}"
+    else:
+        run_dir = Path(settings.run_dir) if explicit else default_run_dir(stem)
     if run_dir.exists() and not run_dir.is_dir():
         raise NeuraldbgError(f"neuraldbg: --run-dir {run_dir} exists and is not a directory")
-    if (run_dir / "events.jsonl").exists():
+    if info is None and ((run_dir / EVENTS).exists() or (run_dir / JOB_FILE).exists()):
         raise NeuraldbgError(f"neuraldbg: {run_dir} already holds a run; choose another --run-dir or remove it")
     try:
+        if info is not None:
+            run_dir = shared_run_dir(run_dir, info, explicit)
+            if (run_dir / rank_file(EVENTS, info.rank)).exists():
+                raise NeuraldbgError(f"neuraldbg: {run_dir} already holds rank {info.rank} of this job")
         run_dir.mkdir(parents=True, exist_ok=True)
-        probe_file = run_dir / ".write-test"
+        probe_file = run_dir / f".write-test.{os.getpid()}"
         probe_file.write_bytes(b"")
         probe_file.unlink()
     except OSError as e:
@@ -153,20 +165,30 @@ def live_line(ev: SemanticEvent) -> str:
 
 
 class Console:
-    """Live one-line-per-event output on stderr; plain when stderr is not a terminal."""
+    """Live one-line-per-event output on stderr; dimmed only on a terminal, and never with NO_COLOR set. In a
+    torchrun job rank 0 is the console: another rank prints nothing, except the job's first problem when it
+    sees it before any other rank does (one line, `[rank N]` in front)."""
 
-    def __init__(self, quiet: bool) -> None:
+    def __init__(self, quiet: bool, info: Optional[RankInfo] = None, run_dir: Optional[Path] = None) -> None:
         self.quiet = quiet
-        self.tty = sys.stderr.isatty()
+        self.tty = sys.stderr.isatty() and not os.environ.get("NO_COLOR")
         self.shown = 0
+        self.info, self.run_dir = info, run_dir
+        self.first: Optional[bool] = None  # whether this rank saw the job's first problem (None: none yet)
 
     def event(self, ev: SemanticEvent) -> None:
         if self.quiet or ev.type == "run_summary":
             return
+        if self.info is not None and self.first is None and ev.to not in HEALTHY_STATES and self.run_dir:
+            self.first = claim_first(self.run_dir)
+            if self.first and self.info.rank != 0:
+                self._print(self.info.prefix + live_line(ev))
+        if self.info is not None and self.info.rank != 0:
+            return
         self.shown += 1
         if self.shown > MAX_LIVE_LINES:
             if self.shown == MAX_LIVE_LINES + 1:
-                self._print("neuraldbg: … more events in events.jsonl")
+                self._print("neuraldbg: … more events in the trace")
             return
         self._print(live_line(ev))
 
@@ -176,8 +198,12 @@ class Console:
         print(line, file=sys.stderr, flush=True)
 
 
-def _stats_row(rec: StepRecord) -> dict[str, Any]:
+def _stats_row(rec: StepRecord, t0: Optional[float] = None) -> dict[str, Any]:
+    """One step's statistics. With `t0` (a rank of a distributed job) also when the step closed (seconds
+    after t0) and, on sampled steps, each module's weight checksums: `explain` compares ranks with them."""
     row: dict[str, Any] = {"step": rec.step, "loss": rec.loss}
+    if t0 is not None and rec.time is not None:
+        row["t"] = round(rec.time - t0, 4)
     if len(rec.losses) > 1:  # several models trained by their own optimizers: each one's loss
         row["losses"] = dict(rec.losses)
     if rec.sampled:
@@ -187,6 +213,8 @@ def _stats_row(rec: StepRecord) -> dict[str, Any]:
         updates = {"|".join(k): g.update_norm for k, g in rec.grads.items() if g.update_norm is not None}
         if updates:  # the change one optimizer step made to each module's weights (L2)
             row["updates"] = updates
+        if t0 is not None:
+            row["sums"] = {"|".join(k): [int(v) for v in g.checksum] for k, g in rec.grads.items() if g.checksum}
     return row
 
 
@@ -201,8 +229,8 @@ class StatsThinner:
     losses since the previous row and "loss_steps" how many steps that covers; a row is also written for
     the last step seen, so plots reach the end of the run."""
 
-    def __init__(self, full: int = STATS_EVERY_STEP, density: int = 100) -> None:
-        self.full, self.density = full, density
+    def __init__(self, full: int = STATS_EVERY_STEP, density: int = 100, t0: Optional[float] = None) -> None:
+        self.full, self.density, self.t0 = full, density, t0
         self.next = full
         self.total, self.finite, self.steps = 0.0, 0, 0
         self.last: Optional[StepRecord] = None  # newest record after `full` not yet written
@@ -211,7 +239,7 @@ class StatsThinner:
         out = []
         for rec in records:
             if rec.step < self.full:
-                out.append(_stats_row(rec))
+                out.append(_stats_row(rec, self.t0))
                 continue
             self.steps += 1
             if rec.loss is not None and math.isfinite(rec.loss):
@@ -227,24 +255,63 @@ class StatsThinner:
         return [self._take(self.last)] if self.last is not None else []
 
     def _take(self, rec: StepRecord) -> dict[str, Any]:
-        row = _stats_row(rec)
+        row = _stats_row(rec, self.t0)
         row["loss"] = self.total / self.finite if self.finite else rec.loss
         row["loss_steps"] = self.steps
         self.total, self.finite, self.steps, self.last = 0.0, 0, 0, None
         return row
 
 
+RANK_WAIT_S = 30.0  # rank 0 waits at most this long, at its end, for the other ranks' traces to close
+ABSENT_WAIT_S = 3.0  # a rank with no trace here by then writes elsewhere (another node's run directory)
+
+
+def wait_for_ranks(run_dir: Path, world_size: int, timeout: float = RANK_WAIT_S,
+                   absent: float = ABSENT_WAIT_S) -> None:
+    """Rank 0 speaks for the job, so its verdict should see every rank's complete trace: poll the others'
+    meta.rank<N>.json until each has ended (a rank still running when the time is up is explained as it is)."""
+    import orjson
+
+    start = time.monotonic()
+    while True:
+        waited = time.monotonic() - start
+        waiting = False
+        for r in range(1, world_size):
+            try:
+                doc = orjson.loads((run_dir / rank_file(META, r)).read_bytes())
+            except FileNotFoundError:
+                waiting = waiting or waited < absent
+                continue
+            except (OSError, orjson.JSONDecodeError):
+                continue
+            waiting = waiting or (isinstance(doc, dict) and doc.get("status") == "running")
+        if not waiting or waited > timeout:
+            return
+        time.sleep(0.05)
+
+
 class Session:
-    """One observed run of a user script."""
+    """One observed run of a user script (or, for `neuraldbg run torchrun ...`, of a job of ranks)."""
 
     def __init__(self, settings: Settings, args: list[str]) -> None:
         self.settings = settings
         self.mode, self.path, self.argv = resolve_target(args)
-        stem = self.path.stem if self.path is not None else self.argv[0].rsplit(".", 1)[-1]
-        self.run_dir = prepare_run_dir(settings, stem)
-        self.writer = RunWriter(self.run_dir)
-        self.thinner = StatsThinner()
-        self.console = Console(settings.quiet)
+        self.launcher = is_launcher(self.mode, self.path, self.argv)
+        self.info = None if self.launcher else rank_info()  # a rank of a torchrun job
+        if self.launcher:  # the ranks write the trace; name it after their script
+            _, module, script, _ = parse_launch(self.argv)
+            stem = script.rsplit(".", 1)[-1] if module else Path(script).stem
+        else:
+            stem = self.path.stem if self.path is not None else self.argv[0].rsplit(".", 1)[-1]
+        self.run_dir = prepare_run_dir(settings, stem, self.info)
+        self.rank = self.info.rank if self.info is not None else None
+        self.t0 = time.perf_counter()
+        try:
+            self.writer = RunWriter(self.run_dir, self.rank) if not self.launcher else None
+        except FileExistsError:
+            raise NeuraldbgError(f"neuraldbg: {self.run_dir} already holds rank {self.rank} of this job") from None
+        self.thinner = StatsThinner(t0=self.t0 if self.info is not None else None)
+        self.console = Console(settings.quiet, self.info, self.run_dir)
         self.monitor = Monitor(settings.thresholds, self._on_event)
         self.meta: dict[str, Any] = {}
         self.warnings: list[str] = []
@@ -281,7 +348,8 @@ class Session:
             self.monitor.set_models(models)
             self.writer.write_json("model.json", {
                 "models": [{"name": m.name, "class": m.cls, "n_modules": m.n_modules, "n_params": m.n_params,
-                            "order": m.order, "modules": {n: vars(i) for n, i in m.modules.items()}}
+                            "order": m.order, "modules": {n: vars(i) for n, i in m.modules.items()},
+                            **({"wrappers": m.wrappers} if m.wrappers else {})}
                            for m in models],
                 "optimizers": self.probe.optimizer_info()})
         except Exception as e:  # noqa: BLE001
@@ -291,20 +359,26 @@ class Session:
         if part in self.off:
             return
         self.off.add(part)
-        msg = f"neuraldbg: internal error in {part} ({type(err).__name__}: {err}); continuing without it"
+        prefix = self.info.prefix if self.info is not None and self.info.rank != 0 else ""
+        msg = f"{prefix}neuraldbg: internal error in {part} ({type(err).__name__}: {err}); continuing without it"
         self.warnings.append(msg)
         print(msg, file=sys.stderr, flush=True)
 
     # -- the run
 
     def write_meta(self, **extra: Any) -> None:
+        """meta.json; in a distributed run each rank's own meta.rank<N>.json, and rank 0's also as meta.json."""
         self.meta.update(extra)
         try:
             self.writer.write_json("meta.json", self.meta)
+            if self.rank == 0:
+                self.writer.write_json("meta.json", self.meta, per_rank=False)
         except Exception as e:  # noqa: BLE001
             self._warn_once("meta.json", e)
 
     def run(self) -> int:
+        if self.launcher:
+            return self._launch()
         import torch  # deferred: `explain` must not pay for torch
 
         from neuraldbg_cli.probes import Probe
@@ -313,11 +387,14 @@ class Session:
                      "python": platform.python_version(), "platform": platform.platform(),
                      "argv": self.argv, "mode": self.mode, "script": str(self.path or self.argv[0]),
                      "cwd": os.getcwd(), "start": _now(), "status": "running",
-                     "world_size": int(os.environ.get("WORLD_SIZE", "1")), "pid": os.getpid(),
+                     "world_size": self.info.world_size if self.info is not None else 1, "pid": os.getpid(),
                      "settings": self.settings.model_dump(mode="json")}
+        if self.info is not None:
+            self.meta.update(rank=self.info.rank, local_rank=self.info.local_rank, host=platform.node(),
+                             job=self.info.job)
         self.write_meta()
         self.probe = Probe(self._on_steps, self._on_models, every=self.settings.every)
-        t0 = time.perf_counter()
+        t0 = self.t0
         try:
             self.probe.install()
         except Exception as e:  # noqa: BLE001 - then the script runs unobserved, rather than not at all
@@ -336,6 +413,36 @@ class Session:
                         status="finished" if code == 0 else "failed", steps_observed=self.monitor.steps_seen,
                         faults=self.probe.faults + self.warnings)
         self.writer.close()
+        if self.settings.run_dir is None and not self.rank:
+            point_latest(self.run_dir)
+        if self.rank or os.environ.get(LAUNCHED):  # rank 0 (or the launching neuraldbg) speaks for the job
+            return code
+        if self.info is not None:
+            wait_for_ranks(self.run_dir, self.info.world_size)
+        return self._verdict(code)
+
+    def _launch(self) -> int:
+        """`neuraldbg run torchrun ...`: torchrun runs here unobserved (it trains nothing) and starts every rank
+        under neuraldbg, all writing to this run directory; then the merged verdict, as for a single process."""
+        from torch.distributed.run import main as torchrun_main
+
+        saved_argv, saved_env = sys.argv, dict(os.environ)
+        os.environ.update(settings_env(self.settings.model_dump(mode="json"), self.run_dir))
+        try:  # (torchrun handles SIGTERM itself: it stops the ranks, whose traces close as usual)
+            sys.argv = launcher_argv(self.argv)
+            torchrun_main()
+            code = 0
+        except SystemExit as e:
+            code = _exit_code(e)
+        except KeyboardInterrupt:
+            code = 130
+        except BaseException as e:  # noqa: BLE001 - torchrun's own error (a failed rank): as torchrun prints it
+            _print_user_traceback(e)
+            code = 1
+        finally:
+            sys.argv = saved_argv
+            os.environ.clear()
+            os.environ.update(saved_env)
         if self.settings.run_dir is None:
             point_latest(self.run_dir)
         return self._verdict(code)
@@ -385,7 +492,7 @@ class Session:
         from neuraldbg_cli import reasoner
 
         try:
-            report = reasoner.explain(read_run(self.run_dir), self.settings.min_confidence)
+            report = reasoner.explain_job(read_job([self.run_dir]), self.settings.min_confidence)
         except Exception as e:  # noqa: BLE001
             print(f"neuraldbg: could not explain the run: {e}", file=sys.stderr)
             return code

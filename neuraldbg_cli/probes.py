@@ -16,6 +16,7 @@ import itertools
 import math
 import os
 import sys
+import time
 import weakref
 from types import SimpleNamespace
 from typing import Any, Callable, Optional
@@ -603,6 +604,7 @@ class Probe:
         """Close the current step: add gradient (and on sampled steps weight) statistics, queue it. Losses no
         optimizer step took (a backward-counted step) go to the last pacing optimizer's series."""
         buf = self._buf
+        buf.time = time.perf_counter()
         buf.assign_loss(self._series)
         if buf.sampled and "rescan" not in self._off:
             try:

@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from pydantic import ValidationError
 
+from neuraldbg_cli import crossrank
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import EventType, Hypothesis, Kind, ModelSummary, Origin, Report
 from neuraldbg_cli.rules import CAUSES, RULES, SETTINGS, Context, SettingCause
 
 if TYPE_CHECKING:  # types only: the reasoner must not import the trace reader (msgspec, files)
-    from neuraldbg_cli.trace import RunData
+    from neuraldbg_cli.trace import JobData, RunData
 
 _LATE = 1 << 62  # an unknown onset sorts after every known one
 
@@ -44,9 +45,11 @@ def _onset(h: Hypothesis) -> int:
 
 
 def _produced_by(setting: SettingCause, h: Hypothesis, slack: int) -> bool:
-    """A setting acts through the updates: it explains what began after step 0, no earlier than its own
-    evidence (within `slack`, the sampling interval that dates that evidence)."""
-    return h.kind in setting.effects and _onset(h) > 0 and setting.onset <= _onset(h) + slack
+    """A setting acts through the updates: it explains what began after step 0, while its evidence lasted
+    (within `slack`, the sampling interval that dates that evidence and most effects; a NaN is checked on
+    every step, so its onset is exact)."""
+    late = 0 if h.kind == Kind.non_finite else slack
+    return h.kind in setting.effects and _onset(h) > 0 and setting.in_force(_onset(h), slack, late)
 
 
 def name_setting(setting: SettingCause, hyps: list[Hypothesis], presence: float, slack: int,
@@ -174,6 +177,35 @@ def explain(run: RunData, min_confidence: float = 0.5) -> Report:
                            parameters=int(m.get("n_params") or 0)) for m in ctx.models]
     run_info = {k: run.meta.get(k) for k in ("script", "exit_status", "status", "start", "end") if k in run.meta}
     return Report(run_dir=str(run.dir), status=status, steps_observed=steps, models=models, hypotheses=hyps,
+                  warnings=warnings, run=run_info)
+
+
+def explain_job(job: JobData, min_confidence: float = 0.5) -> Report:
+    """A single-process run, or a distributed job: each rank explained alone, their hypotheses merged (see
+    crossrank.merge), and the comparisons across ranks placed among them by onset."""
+    if not job.distributed:
+        return explain(job.runs[0], min_confidence)
+    reports = [(run.rank or 0, explain(run, min_confidence)) for run in job.runs]
+    th = build_context(job.runs[0]).thresholds
+    extra = [h for h in (crossrank.divergence(job.runs, th), crossrank.desync(job.runs)) if h is not None]
+    hyps = crossrank.place(crossrank.merge([(r, rep.hypotheses) for r, rep in reports], min_confidence), extra,
+                           min_confidence)
+    lead = reports[0][1]
+    warnings = list(job.warnings) + list(dict.fromkeys(
+        w if w.startswith("rank ") else f"rank {r}: {w}" for r, rep in reports for w in rep.warnings))
+    if any(h.confidence >= min_confidence for h in hyps):
+        status = "problems_found"
+    elif all(rep.status == "no_training_observed" for _, rep in reports):
+        status = "no_training_observed"
+    else:
+        status = "healthy"
+    meta = job.meta or job.runs[0].meta
+    ranks = {str(run.rank): {k: run.meta.get(k) for k in ("host", "exit_status", "status", "steps_observed")
+                             if k in run.meta} for run in job.runs}
+    run_info = {k: meta.get(k) for k in ("script", "exit_status", "status", "start", "end") if k in meta}
+    run_info.update(world_size=meta.get("world_size", len(job.runs)), ranks=ranks)
+    return Report(run_dir=", ".join(map(str, job.dirs)), status=status,
+                  steps_observed=max(rep.steps_observed for _, rep in reports), models=lead.models, hypotheses=hyps,
                   warnings=warnings, run=run_info)
 
 

@@ -23,7 +23,7 @@ class StepBuffer:
     """Device tensors of one step plus the host-side layout that tells what each value is."""
 
     __slots__ = ("step", "sampled", "parts", "layout", "checks", "check_keys", "losses", "pending", "main", "seen",
-                 "covered", "scale", "scaled", "active", "_check_at")
+                 "covered", "time", "scaled", "active", "_check_at")
 
     def __init__(self, step: int, sampled: bool) -> None:
         self.step, self.sampled = step, sampled
@@ -38,7 +38,7 @@ class StepBuffer:
         self.seen: set[tuple] = set()
         self.covered: set[int] = set()  # params whose gradient was read at an optimizer's pre-step
         self.active: set[str] = set()  # roots whose forward ran in this step
-        self.scale: Optional[float] = None
+        self.time: Optional[float] = None  # perf_counter() when the step closed
         self.scaled = False  # a GradScaler-scaled backward happened in this step
 
     def check(self, key: tuple, t: torch.Tensor) -> None:
@@ -123,7 +123,7 @@ def to_records(pending: list[StepBuffer], grads_observed: bool) -> list[StepReco
     values = ts.host_values(tensors)
     records, i = [], 0
     for buf in pending:
-        rec = StepRecord(step=buf.step, sampled=buf.sampled and grads_observed, active=buf.active)
+        rec = StepRecord(step=buf.step, sampled=buf.sampled and grads_observed, active=buf.active, time=buf.time)
         for what, key, length, extra in buf.layout:
             chunk = values[i:i + length]
             i += length

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from neuraldbg_cli.roots import Root, compiled_inner, rescan_root, scan_root
+from neuraldbg_cli.roots import Root, rescan_root, scan_root, unwrap
 
 
 class Registry:
@@ -48,12 +48,18 @@ class Registry:
     def register(self, module: torch.nn.Module) -> Root:
         """A new root for `module`, named by its class (`#k` for the k-th of a class)."""
         self.settle()
-        wrapper, module = module, compiled_inner(module) or module  # torch.compile(model): name the model itself
+        wrapper, (module, wrappers) = module, unwrap(module)  # DDP(model), torch.compile(model): the model's names
+        known = self.index.get(module)
+        if known is not None and known[1] == "":  # a model seen before, now called through a wrapper
+            self.index[wrapper] = known
+            known[0].wrappers = wrappers
+            return known[0]
         cls = type(module).__name__
         k = self.class_count[cls]
         self.class_count[cls] += 1
         dead, hook, i = self._dead, self._on_death, len(self.roots)
         root = Root(cls if k == 0 else f"{cls}#{k}", module, lambda _r: (dead.append(("root", i)), hook()))
+        root.wrappers = wrappers
         scan_root(root, module, self.index, self._claim)
         if wrapper not in self.index:
             self.index[wrapper] = (root, "")

@@ -36,10 +36,32 @@ def first_float(obj: Any, depth: int = 0) -> Optional[torch.Tensor]:
     return None
 
 
-def compiled_inner(module: torch.nn.Module) -> Optional[torch.nn.Module]:
-    """The model inside a torch.compile(model) wrapper (an OptimizedModule), else None."""
-    inner = module.__dict__.get("_modules", {}).get("_orig_mod") if type(module).__name__ == "OptimizedModule" else None
-    return inner if isinstance(inner, torch.nn.Module) else None
+# Wrappers that hold the user's model as one child: the attribute it is under. Their names are not the user's
+# (`module.0`, `_orig_mod.fc`), so a root is named from inside them and the wrappers are only listed.
+WRAPPERS = {"OptimizedModule": "_orig_mod", "DistributedDataParallel": "module", "DataParallel": "module",
+            "FullyShardedDataParallel": "_fsdp_wrapped_module"}
+# Name segments that wrappers insert inside a model (FSDP's nested units, activation checkpointing)
+WRAPPER_SEGMENTS = ("_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod")
+
+
+def unwrap(module: torch.nn.Module) -> tuple[torch.nn.Module, list[str]]:
+    """The user's model inside torch.compile / DDP / DataParallel / FSDP wrappers, and the wrappers' classes."""
+    wrappers: list[str] = []
+    for _ in range(4):
+        attr = WRAPPERS.get(type(module).__name__)
+        inner = module.__dict__.get("_modules", {}).get(attr) if attr else None
+        if not isinstance(inner, torch.nn.Module):
+            break
+        wrappers.append(type(module).__name__)
+        module = inner
+    return module, wrappers
+
+
+def user_name(name: str) -> str:
+    """A module's name as the user's model has it: `layers.0._fsdp_wrapped_module.fc` -> `layers.0.fc`."""
+    if "_" not in name:
+        return name
+    return ".".join(part for part in name.split(".") if part not in WRAPPER_SEGMENTS)
 
 
 def find_owner(module: torch.nn.Module) -> Optional[torch.nn.Module]:
@@ -110,6 +132,7 @@ class Root:
         self._ordered: set[str] = set()
         self.n_modules = 0
         self.n_params = 0
+        self.wrappers: list[str] = []  # DDP, FSDP, torch.compile... around the model, outermost first
 
     @property
     def params(self) -> list[tuple[str, torch.nn.Parameter]]:
@@ -129,7 +152,7 @@ class Root:
             if id(p) in optimized:
                 self.modules[name].in_optimizer = True
         return ModelInfo(name=self.name, cls=self.cls, modules=self.modules, n_modules=self.n_modules,
-                         n_params=self.n_params, order=list(self.order))
+                         n_params=self.n_params, order=list(self.order), wrappers=list(self.wrappers))
 
 
 def _observe(root: Root, name: str, m: torch.nn.Module, own: bool) -> None:
@@ -165,6 +188,7 @@ def scan_root(root: Root, module: torch.nn.Module, index: "weakref.WeakKeyDictio
     """A new root's modules: each goes into `index` (unless another root has it), and is observed as
     `_observe` decides, once; `claim(root, name, p)` takes each trainable parameter no other root has."""
     for name, m in module.named_modules():
+        name = user_name(name)
         root.n_modules += 1
         if m not in index:
             index[m] = (root, name)
@@ -183,6 +207,7 @@ def rescan_root(root: Root, index: "weakref.WeakKeyDictionary", claim: Claim,
         return False
     changed = False
     for name, m in module.named_modules():
+        name = user_name(name)
         new = [p for p in m.parameters(recurse=False) if p.requires_grad and not claimed(p)]
         if m not in index:
             index[m] = (root, name)

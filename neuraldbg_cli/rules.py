@@ -13,7 +13,7 @@ from operator import attrgetter
 from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
 
 from neuraldbg_cli.config import Thresholds
-from neuraldbg_cli.events import EventType, Hypothesis, Kind, Origin
+from neuraldbg_cli.events import CROSS_RANK_KINDS, EventType, Hypothesis, Kind, Origin
 from neuraldbg_cli.vocab import RESIDUAL_NORM_BLOCKS, RNN_TYPES, SATURATING_TYPES, is_norm, usual_lr
 
 
@@ -538,10 +538,17 @@ class SettingCause:
     tiers: tuple[tuple[Kind, ...], ...]  # the kinds it produces, in the order they are chosen to name it
     evidence: list[dict[str, Any]] = field(default_factory=list)
     contradicts: str = "\0"  # suggestions containing this are dropped from what it produced (they point the other way)
+    ends: Optional[int] = None  # the first step its evidence was seen to have ended at (None: it lasted)
 
     @property
     def effects(self) -> set[Kind]:
         return set(chain.from_iterable(self.tiers))
+
+    def in_force(self, step: int, slack: int, late: int) -> bool:
+        """Whether it acted at `step`, the onset of an effect seen up to `late` steps after it began: a setting
+        acts from its evidence (seen up to `slack` late) for as long as that lasts (an early transient, such as
+        the first updates of a small output layer, explains nothing that began after it ended)."""
+        return self.onset <= step + slack and (self.ends is None or step - late < self.ends)
 
 
 def _ratio(e: Event) -> Optional[float]:
@@ -566,7 +573,20 @@ def learning_rate_setting(ctx: Context) -> Optional[SettingCause]:
                         ((Kind.loss_divergence, Kind.unstable_loss, Kind.exploding_gradient),
                          (Kind.dead_activation, Kind.saturated_activation, Kind.non_finite, Kind.loss_plateau,
                           Kind.no_gradient, Kind.vanishing_gradient)), _evidence(evs, 3),
-                        contradicts="raise the learning rate")
+                        contradicts="raise the learning rate", ends=_last_in_force(ctx, evs, "oversized"))
+
+
+def _last_in_force(ctx: Context, evs: list[Event], state: str) -> Optional[int]:
+    """The step by which every module had left `state` again (the last such transition); None while one
+    stayed in it to the end."""
+    left = {(e.root, e.module): e.step for e in ctx.select(types=[EventType.parameter_update.value])
+            if e.from_ == state}
+    last: dict[tuple, int] = {}
+    for e in evs:
+        last[(e.root, e.module)] = e.step
+    if any(key not in left or left[key] < step for key, step in last.items()):
+        return None
+    return max(left.values())
 
 
 def weight_decay_setting(ctx: Context) -> Optional[SettingCause]:
@@ -635,9 +655,10 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
 
 
 def _check_rules() -> None:
-    """Every Kind has exactly one rule named after it (checked at import, naming the culprit)."""
+    """Every Kind judged in one run has exactly one rule named after it (checked at import, naming the
+    culprit); the kinds judged across ranks have theirs in crossrank."""
     names = [r.__name__ for r in RULES]
-    missing = [k.value for k in Kind if k.value not in names]
+    missing = [k.value for k in Kind if k.value not in names and k not in CROSS_RANK_KINDS]
     if missing or len(set(names)) != len(names):
         raise RuntimeError(f"neuraldbg rules: missing rules for {missing} or duplicate rule names in {names}")
 

@@ -7,8 +7,8 @@ ever parsed as JSON, never evaluated or unpickled."""
 from __future__ import annotations
 
 import gc
-import json
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,15 +33,26 @@ def _dumps(obj: Any) -> bytes:
     return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY, default=str)
 
 
-class RunWriter:
-    """Owns the files of one run. Writes only from the process that created it (not forked children)."""
+def rank_file(name: str, rank: Optional[int]) -> str:
+    """A per-rank file of a distributed run: events.jsonl -> events.rank1.jsonl (unchanged without a rank)."""
+    if rank is None:
+        return name
+    stem, dot, ext = name.partition(".")
+    return f"{stem}.rank{rank}{dot}{ext}"
 
-    def __init__(self, run_dir: Path) -> None:
+
+class RunWriter:
+    """Owns the files of one run (of one rank, in a distributed run: its own files, created exclusively, so
+    two processes never write one file). Writes only from the process that created it (not forked children)."""
+
+    def __init__(self, run_dir: Path, rank: Optional[int] = None) -> None:
         self.dir = run_dir
+        self.rank = rank
         self.pid = os.getpid()
         run_dir.mkdir(parents=True, exist_ok=True)
-        self._events = open(run_dir / EVENTS, "ab", buffering=0)
-        self._stats = open(run_dir / STATS, "ab", buffering=0)
+        mode = "ab" if rank is None else "xb"
+        self._events = open(run_dir / rank_file(EVENTS, rank), mode, buffering=0)
+        self._stats = open(run_dir / rank_file(STATS, rank), mode, buffering=0)
         self.n_events = 0
 
     def event(self, ev: dict[str, Any]) -> None:
@@ -53,10 +64,13 @@ class RunWriter:
         if os.getpid() == self.pid and rows:
             _write_all(self._stats, b"".join(_dumps(r) + b"\n" for r in rows))
 
-    def write_json(self, name: str, obj: Any) -> None:
-        """Atomic replace: a reader sees the old or the new file, never half of one."""
+    def write_json(self, name: str, obj: Any, per_rank: bool = True) -> None:
+        """Atomic replace: a reader sees the old or the new file, never half of one. In a distributed run
+        the file is this rank's own (model.rank1.json) unless `per_rank` is False (rank 0's meta.json)."""
         if os.getpid() != self.pid:
             return
+        if per_rank:
+            name = rank_file(name, self.rank)
         tmp = self.dir / f".{name}.tmp"
         tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2, default=str))
         os.replace(tmp, self.dir / name)
@@ -134,11 +148,42 @@ Event = Union[SemanticEvent, TraceEvent]
 
 @dataclass
 class RunData:
+    """One process's trace: a single-process run, or one rank of a distributed one (`rank`; its `stats` rows
+    are read too, for the comparisons across ranks)."""
+
     dir: Path
     meta: dict[str, Any]
     events: list[Event]
     models: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    rank: Optional[int] = None
+    stats: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class JobData:
+    """What `explain` reads: the runs of one job (one, or one per rank, from one or more run directories)."""
+
+    dirs: list[Path]
+    runs: list[RunData]
+    meta: dict[str, Any] = field(default_factory=dict)  # the job's meta.json (rank 0's, in a distributed run)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def distributed(self) -> bool:
+        return any(r.rank is not None for r in self.runs)
+
+
+_RANK_FILE = re.compile(r"^(?:events|meta)\.rank(\d{1,6})\.jsonl?$")
+
+
+def ranks_in(run_dir: Path) -> list[int]:
+    """The ranks whose traces a distributed run directory holds (empty for a single-process run)."""
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return []
+    return sorted({int(m.group(1)) for m in map(_RANK_FILE.match, names) if m})
 
 
 def _check_dir(run_dir: Path) -> Path:
@@ -150,7 +195,7 @@ def _check_dir(run_dir: Path) -> Path:
         raise NeuraldbgError(f"neuraldbg: cannot open run directory {run_dir}: {e}") from None
     if not resolved.is_dir():
         raise NeuraldbgError(f"neuraldbg: {run_dir} is not a directory; pass the run directory that holds events.jsonl")
-    if not (resolved / EVENTS).exists() and not (resolved / META).exists():
+    if not (resolved / EVENTS).exists() and not (resolved / META).exists() and not ranks_in(resolved):
         raise NeuraldbgError(f"neuraldbg: {run_dir} is not a neuraldbg run directory (no events.jsonl or meta.json)")
     return resolved
 
@@ -394,18 +439,65 @@ def _warn(warnings: list[str], msg: str) -> None:
 
 
 def read_run(run_dir: Path) -> RunData:
-    """Load a run directory for the reasoner; raises NeuraldbgError on unusable input."""
+    """Load a run directory for the reasoner; raises NeuraldbgError on unusable input. Of a distributed run,
+    the lowest rank's trace (read_job reads them all)."""
     resolved = _check_dir(Path(run_dir))
-    meta = _read_json_file(resolved / META, "meta.json")
+    ranks = ranks_in(resolved)
+    run = _read_one(resolved, Path(run_dir), ranks[0] if ranks else None)
+    if ranks:
+        run.warnings.insert(0, f"a distributed run of ranks {_span(ranks)}: this shows rank {ranks[0]}; "
+                               "`neuraldbg explain` merges all ranks")
+    return run
+
+
+def read_job(run_dirs: list[Path], stats_limit: int = 20_000) -> JobData:
+    """The runs of one job from one or more run directories: a single-process run, or every rank found (a
+    torchrun job's ranks share a directory, or each node has its own: `explain run_node0 run_node1`)."""
+    runs: list[RunData] = []
+    meta: dict[str, Any] = {}
+    warnings: list[str] = []
+    for run_dir in run_dirs:
+        resolved = _check_dir(Path(run_dir))
+        ranks = ranks_in(resolved)
+        if not ranks:
+            if len(run_dirs) > 1:
+                raise NeuraldbgError(f"neuraldbg: {run_dir} is a single-process run; only the directories of one "
+                                     "torchrun job can be explained together")
+            return JobData(dirs=[Path(run_dir)], runs=[_read_one(resolved, Path(run_dir), None)])
+        if not meta and _is_file(resolved / META):
+            meta = _read_json_file(resolved / META, "meta.json")
+        for rank in ranks:
+            if any(r.rank == rank for r in runs):
+                _warn(warnings, f"rank {rank} is in more than one run directory; read the one in {runs[0].dir}")
+                continue
+            run = _read_one(resolved, Path(run_dir), rank)
+            run.stats = read_stats(resolved, stats_limit, rank)
+            runs.append(run)
+    runs.sort(key=lambda r: r.rank or 0)
+    jobs = {r.meta.get("job") for r in runs} - {None}
+    if len(jobs) > 1:
+        raise NeuraldbgError("neuraldbg: these run directories hold ranks of different jobs; explain one job at a time")
+    return JobData(dirs=[Path(d) for d in run_dirs], runs=runs, meta=meta, warnings=warnings)
+
+
+def _span(ranks: list[int]) -> str:
+    return f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)) \
+        else ", ".join(map(str, ranks))
+
+
+def _read_one(resolved: Path, run_dir: Path, rank: Optional[int]) -> RunData:
+    """One process's trace: meta, events and model of a single-process run, or of one rank."""
+    meta_name, events_name = rank_file(META, rank), rank_file(EVENTS, rank)
+    meta = _read_json_file(resolved / meta_name, meta_name)
     schema = meta.get("schema")
     if schema is not None and schema != META_SCHEMA:
-        raise NeuraldbgError(f"neuraldbg: {run_dir}/meta.json has schema {str(schema)[:60]!r}; this neuraldbg "
+        raise NeuraldbgError(f"neuraldbg: {run_dir}/{meta_name} has schema {str(schema)[:60]!r}; this neuraldbg "
                              f"reads {META_SCHEMA}; upgrade neuraldbg")
     warnings: list[str] = []
     if not meta:
-        warnings.append("meta.json is missing or empty (the run was killed as it started?)")
-    meta = _drop_mistyped(meta, META_FIELDS, "meta.json", warnings)
-    events_path = resolved / EVENTS
+        warnings.append(f"{meta_name} is missing or empty (the run was killed as it started?)")
+    meta = _drop_mistyped(meta, META_FIELDS, meta_name, warnings)
+    events_path = resolved / events_name
     if _is_file(events_path):
         try:
             events = read_events(events_path, warnings)
@@ -413,29 +505,31 @@ def read_run(run_dir: Path) -> RunData:
             raise NeuraldbgError(f"neuraldbg: cannot read {events_path}: {e}") from None
     else:
         events = []
-        warnings.append("events.jsonl is missing; nothing was observed")
+        warnings.append(f"{events_name} is missing; nothing was observed")
     try:
-        models = _read_json_file(resolved / MODEL, "model.json")
+        models = _read_json_file(resolved / rank_file(MODEL, rank), rank_file(MODEL, rank))
     except NeuraldbgError as e:
         models = {}
         warnings.append(str(e).removeprefix("neuraldbg: "))
     models = _clean_models(models, warnings)
     code = meta.get("exit_status")
+    who = "the script" if rank is None else f"rank {rank}'s script"
     if isinstance(code, int) and code != 0:
         how = {130: "was interrupted (Ctrl-C)", 143: "was terminated (SIGTERM)"}.get(code, "failed")
-        warnings.append(f"the script {how}, exit status {code}; this explains what was observed up to then")
+        warnings.append(f"{who} {how}, exit status {code}; this explains what was observed up to then")
     elif meta and "exit_status" not in meta and "steps_observed" not in meta:
-        last = _last_row_step(resolved / STATS)  # killed: how far it got is in the last statistics row
+        last = _last_row_step(resolved / rank_file(STATS, rank))  # killed: how far it got is in the last row
         if last is not None:
             meta["steps_observed"] = last + 1
-    return RunData(dir=Path(run_dir), meta=meta, events=events, models=models, warnings=warnings)
+    return RunData(dir=run_dir, meta=meta, events=events, models=models, warnings=warnings, rank=rank)
 
 
 # What the reasoner reads from meta.json and model.json, with the JSON type each must have: a field of
 # another type (a hand-edited or corrupt file) is dropped with a warning instead of failing later.
 META_FIELDS = {"status": str, "script": str, "start": str, "end": str, "exit_status": int, "steps_observed": int,
-               "settings": dict}
-MODEL_FIELDS = {"name": str, "class": str, "n_modules": int, "n_params": int, "order": list, "modules": dict}
+               "settings": dict, "rank": int, "world_size": int, "job": str, "host": str}
+MODEL_FIELDS = {"name": str, "class": str, "n_modules": int, "n_params": int, "order": list, "modules": dict,
+                "wrappers": list}
 OPTIMIZER_FIELDS = {"type": str, "groups": list, "params": int}
 
 
@@ -494,9 +588,13 @@ def _last_row_step(path: Path) -> Optional[int]:
     return None
 
 
-def read_stats(run_dir: Path, limit: int = 200_000) -> list[dict[str, Any]]:
-    """Sampled statistics for plots; tolerant like read_events, bounded by `limit` rows."""
-    path = Path(run_dir) / STATS
+def read_stats(run_dir: Path, limit: int = 200_000, rank: Optional[int] = None) -> list[dict[str, Any]]:
+    """Sampled statistics for plots; tolerant like read_events, bounded by `limit` rows. Of a distributed run,
+    `rank`'s (by default the lowest rank's)."""
+    if rank is None:
+        ranks = ranks_in(Path(run_dir))
+        rank = ranks[0] if ranks else None
+    path = Path(run_dir) / rank_file(STATS, rank)
     rows: list[dict[str, Any]] = []
     try:
         if not _is_file(path):
@@ -516,6 +614,3 @@ def read_stats(run_dir: Path, limit: int = 200_000) -> list[dict[str, Any]]:
                 break
     return rows
 
-
-def dump_json(obj: Any) -> str:
-    return json.dumps(obj, indent=2, allow_nan=False, default=str)

@@ -1,5 +1,6 @@
 """Rules on hand-made events: every Kind has one rule; causes rank above consequences."""
-from neuraldbg_cli.events import Kind, SemanticEvent
+from neuraldbg_cli import crossrank
+from neuraldbg_cli.events import CROSS_RANK_KINDS, Kind, SemanticEvent
 from neuraldbg_cli.reasoner import rank
 from neuraldbg_cli.rules import RULES, Context
 
@@ -10,7 +11,10 @@ def ev(type_, step, module, frm, to, site, **metrics):
 
 
 def test_every_kind_has_exactly_one_rule():
-    assert sorted(r.__name__ for r in RULES) == sorted(k.value for k in Kind)
+    """Per-run kinds by a rule named after them; the distributed kinds by crossrank's comparisons."""
+    assert sorted(r.__name__ for r in RULES) == sorted(k.value for k in Kind if k not in CROSS_RANK_KINDS)
+    assert {crossrank.divergence.__name__, crossrank.desync.__name__} == {"divergence", "desync"}
+    assert CROSS_RANK_KINDS == {Kind.rank_divergence, Kind.rank_desync}
 
 
 def test_each_rule_is_silent_without_events():

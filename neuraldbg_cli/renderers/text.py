@@ -19,6 +19,8 @@ def render(report: Report, checked: list[Kind], min_confidence: float) -> str:
     for h in shown:
         lines.append("")
         where = f" in {h.origin.module}" if h.origin.module else ""
+        if h.ranks is not None:
+            where += f" on rank {h.origin.rank}" + (f" (ranks {', '.join(map(str, h.ranks))})" if len(h.ranks) > 1 else "")
         lines.append(f"#{h.rank} {h.kind.value}  confidence {h.confidence:.2f}{where}, from step {h.origin.step}")
         lines.append(f"   {h.summary}")
         if h.propagation:
@@ -26,8 +28,8 @@ def render(report: Report, checked: list[Kind], min_confidence: float) -> str:
         for ev in h.evidence[:3]:
             extra = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in ev.items()
                               if k not in ("type", "step", "module", "from", "to", "site"))
-            lines.append(f"   evidence: step {ev['step']} {ev.get('module') or ev.get('site')}: "
-                         f"{ev['from']} -> {ev['to']} ({extra})")
+            where = ev.get("module") or ev.get("site") or (f"rank {ev['rank']}" if "rank" in ev else "-")
+            lines.append(f"   evidence: step {ev['step']} {where}: {ev['from']} -> {ev['to']} ({extra})")
         for s in h.suggestions:
             lines.append(f"   try: {s}")
     if weak:
