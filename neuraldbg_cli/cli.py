@@ -29,7 +29,10 @@ def run(
     target: List[str] = typer.Argument(None, metavar="SCRIPT [ARGS]... | -m MODULE [ARGS]..."),
     run_dir: Optional[str] = typer.Option(None, "--run-dir", help="where the trace goes [runs/<stamp>-<stem>]"),
     fail_on: Optional[str] = typer.Option(None, "--fail-on", help="comma-separated kinds or 'any': exit 3 if found"),
-    min_confidence: Optional[float] = typer.Option(None, "--min-confidence", help="confidence for --fail-on [0.5]"),
+    stop_on: Optional[str] = typer.Option(None, "--stop-on", help="comma-separated kinds or 'any': end the training "
+                                          "at the next step once one is confirmed, exit 3"),
+    min_confidence: Optional[float] = typer.Option(None, "--min-confidence", help="confidence for --fail-on and "
+                                                   "--stop-on [0.5]"),
     every: Optional[int] = typer.Option(None, "--every", help="full statistics every N steps [10]"),
     quiet: Optional[bool] = typer.Option(None, "--quiet", "-q", help="no live event lines (the verdict and trace path still print)"),
     threshold: List[str] = typer.Option([], "--threshold", help="override a threshold: NAME=VALUE (repeatable)"),
@@ -38,7 +41,7 @@ def run(
     from neuraldbg_cli.launch import Session
 
     try:
-        cli = {"run_dir": run_dir, "fail_on": fail_on, "min_confidence": min_confidence, "every": every,
+        cli = {"run_dir": run_dir, "fail_on": fail_on, "stop_on": stop_on, "min_confidence": min_confidence, "every": every,
                "quiet": quiet, "thresholds": parse_threshold_pairs(threshold) if threshold else None}
         session = Session(Settings.resolve(cli), list(target or []))
     except NeuraldbgError as e:
@@ -48,7 +51,9 @@ def run(
 
 @app.command()
 def explain(
-    run_dir: Path = typer.Argument(..., help="a run directory written by `neuraldbg run`"),
+    run_dirs: List[Path] = typer.Argument(..., metavar="RUN_DIR...",
+                                          help="a run directory written by `neuraldbg run`; for a torchrun job "
+                                               "whose nodes wrote their own, all of them"),
     format: str = typer.Option("text", "--format", "-f", help="text | json | junit | github"),
     fail_on: Optional[str] = typer.Option(None, "--fail-on", help="comma-separated kinds or 'any': exit 3 if found"),
     min_confidence: float = typer.Option(0.5, "--min-confidence", help="confidence that counts as found"),
@@ -57,13 +62,13 @@ def explain(
     from neuraldbg_cli import reasoner
     from neuraldbg_cli.config import parse_fail_on
     from neuraldbg_cli.renderers import RENDERERS
-    from neuraldbg_cli.trace import read_run
+    from neuraldbg_cli.trace import read_job
 
     try:
         if format not in RENDERERS:
             raise NeuraldbgError(f"neuraldbg: unknown --format {format!r}; use one of {', '.join(RENDERERS)}")
         kinds = parse_fail_on(fail_on) if fail_on else []
-        report = reasoner.explain(read_run(run_dir), min_confidence)
+        report = reasoner.explain_job(read_job(run_dirs), min_confidence)
     except NeuraldbgError as e:
         _fail(e)
     typer.echo(RENDERERS[format](report, reasoner.kinds_checked(kinds), min_confidence))
@@ -107,7 +112,7 @@ def report(
     run_dir: Path = typer.Argument(..., help="a run directory written by `neuraldbg run`"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="HTML file [RUN_DIR/report.html]"),
 ) -> None:
-    """Write a self-contained HTML report with plots of the loss and per-layer gradients."""
+    """Write a self-contained HTML report: the loss, per-layer heatmaps, each hypothesis linked to its evidence."""
     from neuraldbg_cli import reasoner
     from neuraldbg_cli.renderers import html
     from neuraldbg_cli.trace import read_run, read_stats
@@ -116,12 +121,35 @@ def report(
         run_data = read_run(run_dir)
         rep = reasoner.explain(run_data)
         out = output or Path(run_dir) / "report.html"
-        out.write_text(html.render_page(rep, read_stats(run_dir)), encoding="utf-8")
+        page = html.render_page(rep, read_stats(run_dir), run_data.events, run_data.models)
+        out.write_text(page, encoding="utf-8")
     except NeuraldbgError as e:
         _fail(e)
     except OSError as e:
         _fail(NeuraldbgError(f"neuraldbg: cannot write the report: {e.strerror or e}"))
     typer.echo(str(out))
+
+
+@app.command()
+def export(
+    run_dir: Path = typer.Argument(..., help="a run directory written by `neuraldbg run`"),
+    tensorboard: Optional[Path] = typer.Option(None, "--tensorboard", help="write TensorBoard event files here"),
+) -> None:
+    """Export a run's statistics (scalars), events and verdict (text) to TensorBoard, next to your own logs."""
+    from neuraldbg_cli import reasoner
+    from neuraldbg_cli.export import write_tensorboard
+    from neuraldbg_cli.trace import read_run, read_stats
+
+    try:
+        if tensorboard is None:
+            raise NeuraldbgError("neuraldbg: export needs a destination: --tensorboard DIR")
+        run_data = read_run(run_dir)
+        out = write_tensorboard(tensorboard, read_stats(run_dir), run_data.events, reasoner.explain(run_data))
+    except NeuraldbgError as e:
+        _fail(e)
+    for w in run_data.warnings:
+        typer.echo(f"neuraldbg: warning: {w}", err=True)
+    typer.echo(f"neuraldbg: exported to {out} (tensorboard --logdir {out})")
 
 
 def _version(value: bool) -> None:

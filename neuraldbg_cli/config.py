@@ -4,7 +4,7 @@ Every threshold lives in `Thresholds` with the reason for its value, so tuning h
 from __future__ import annotations
 
 import os
-import tomllib
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -12,6 +12,11 @@ from pydantic import BaseModel, Field, ValidationError
 
 from neuraldbg_cli.errors import NeuraldbgError
 from neuraldbg_cli.events import Kind
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, published as tomli before it joined the standard library
+    import tomli as tomllib
 
 
 class Thresholds(BaseModel):
@@ -104,6 +109,10 @@ class Thresholds(BaseModel):
     anomalous_output_growth: float = Field(1e4, description="anomalous_growth for the model's last layer: logits "
                                            "start near 0 and grow 10-130x in healthy classifiers as they grow "
                                            "confident; blow-ups reach 1e3-1e6x and show in hidden layers too")
+    rank_grad_match: float = Field(1e-5, description="distributed: gradient norms of two ranks within this relative "
+                                   "difference are the same (averaged across ranks: a data-parallel model whose "
+                                   "weights must stay identical); the all-reduced gradient is the same tensor on "
+                                   "every rank, while two data shards' own gradients differ by percents")
 
 
 KNOWN_KINDS = {k.value for k in Kind}
@@ -112,6 +121,7 @@ KNOWN_KINDS = {k.value for k in Kind}
 class Settings(BaseModel):
     run_dir: Optional[str] = None
     fail_on: list[str] = Field(default_factory=list)
+    stop_on: list[str] = Field(default_factory=list)  # end the training once one of these is confirmed
     min_confidence: float = 0.5
     every: int = 10
     quiet: bool = False
@@ -124,8 +134,9 @@ class Settings(BaseModel):
         merged.update(_from_pyproject(cwd or Path.cwd()))
         _merge(merged, _from_env(os.environ))
         _merge(merged, {k: v for k, v in cli.items() if v is not None})
-        if isinstance(merged.get("fail_on"), str):
-            merged["fail_on"] = parse_fail_on(merged["fail_on"])
+        for key in ("fail_on", "stop_on"):
+            if isinstance(merged.get(key), str):
+                merged[key] = parse_fail_on(merged[key], "--" + key.replace("_", "-"))
         try:
             settings = cls.model_validate(merged)
         except ValidationError as e:
@@ -137,11 +148,11 @@ class Settings(BaseModel):
         return settings
 
 
-def parse_fail_on(text: str) -> list[str]:
+def parse_fail_on(text: str, option: str = "--fail-on") -> list[str]:
     kinds = [k.strip() for k in text.split(",") if k.strip()]
     bad = [k for k in kinds if k != "any" and k not in KNOWN_KINDS]
     if bad:
-        raise NeuraldbgError(f"neuraldbg: unknown kind {bad[0]!r} for --fail-on; "
+        raise NeuraldbgError(f"neuraldbg: unknown kind {bad[0]!r} for {option}; "
                              f"use 'any' or one of: {', '.join(sorted(KNOWN_KINDS))}")
     return kinds
 
@@ -168,7 +179,7 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> None:
 
 def _from_env(env: os._Environ | dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for field in ("run_dir", "fail_on", "min_confidence", "every", "quiet"):
+    for field in ("run_dir", "fail_on", "stop_on", "min_confidence", "every", "quiet"):
         value = env.get(f"NEURALDBG_{field.upper()}")
         if value is not None:
             out[field] = value

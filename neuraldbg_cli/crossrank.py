@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # types only: no I/O module here
 
 _LATE = 1 << 62
 REPLICATING = {"DistributedDataParallel", "DataParallel"}  # wrappers whose replicas must stay bit-identical
-SHARDING = {"FullyShardedDataParallel"}  # each rank holds a different shard: checksums differ by design
+SHARDING = {"FullyShardedDataParallel", "fully_shard"}  # each rank holds another shard: checksums differ by design
 # Where in one step a problem can first show, upstream first: a NaN read from one rank's data shows on that
 # rank's input before the gradient all-reduce carries it to every rank
 _FLOW = {"input": 0, "target": 0, "output": 1, "activation": 1, "loss": 2, "gradient": 3, "weights": 4}

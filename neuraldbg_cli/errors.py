@@ -10,3 +10,12 @@ class ExitCode(IntEnum):
 
 class NeuraldbgError(Exception):
     """Bad input or misuse. The message is one actionable line shown to the user as-is."""
+
+
+class StopTraining(SystemExit):
+    """--stop-on: raised out of optimizer.step() once the step is complete, to end a doomed run. A SystemExit
+    (what sys.exit raises), so that the script's `except Exception` handlers let it through and its `finally`
+    blocks and context managers still run, as for any exit."""
+
+    def __init__(self) -> None:
+        super().__init__(int(ExitCode.FAIL_ON))

@@ -28,7 +28,7 @@ from neuraldbg_cli.distributed import (JOB_FILE, LAUNCHED, RankInfo, claim_first
 from neuraldbg_cli.errors import ExitCode, NeuraldbgError
 from neuraldbg_cli.events import ActStats, META_SCHEMA, SemanticEvent, StepRecord
 from neuraldbg_cli.monitor import Monitor
-from neuraldbg_cli.trace import EVENTS, META, RunWriter, point_latest, rank_file, read_job
+from neuraldbg_cli.trace import EVENTS, META, RunData, RunWriter, point_latest, rank_file, read_job
 
 MAX_LIVE_LINES = 40
 
@@ -166,8 +166,9 @@ def live_line(ev: SemanticEvent) -> str:
 
 class Console:
     """Live one-line-per-event output on stderr; dimmed only on a terminal, and never with NO_COLOR set. In a
-    torchrun job rank 0 is the console: another rank prints nothing, except the job's first problem when it
-    sees it before any other rank does (one line, `[rank N]` in front)."""
+    torchrun job rank 0 is the console: another rank prints nothing, except the job's first problem of its own
+    (a NaN/Inf, or bad data: what one rank's shard can do alone) when no rank saw one before (one line,
+    `[rank N]` in front)."""
 
     def __init__(self, quiet: bool, info: Optional[RankInfo] = None, run_dir: Optional[Path] = None) -> None:
         self.quiet = quiet
@@ -179,7 +180,8 @@ class Console:
     def event(self, ev: SemanticEvent) -> None:
         if self.quiet or ev.type == "run_summary":
             return
-        if self.info is not None and self.first is None and ev.to not in HEALTHY_STATES and self.run_dir:
+        if self.info is not None and self.first is None and self.run_dir and (
+                ev.to == "non_finite" or ev.site in ("input", "target") and ev.to not in HEALTHY_STATES):
             self.first = claim_first(self.run_dir)
             if self.first and self.info.rank != 0:
                 self._print(self.info.prefix + live_line(ev))
@@ -318,10 +320,16 @@ class Session:
         self.off: set[str] = set()  # parts switched off after an internal error
         self.probe: Any = None
         self.pid = os.getpid()
+        self.seen: list[SemanticEvent] = []  # --stop-on judges the events so far (few: transitions only)
+        self.model_doc: dict[str, Any] = {}
+        self.stopped: Optional[dict[str, Any]] = None  # --stop-on: where and why the run was ended
+        self._judged = -1
 
     # -- wiring
 
     def _on_event(self, ev: SemanticEvent) -> None:
+        if self.settings.stop_on:
+            self.seen.append(ev)
         if "events.jsonl" not in self.off:
             try:
                 self.writer.event(ev.to_json_dict())
@@ -341,17 +349,42 @@ class Session:
                 self.writer.stats(self.thinner.rows(records))
             except Exception as e:  # noqa: BLE001
                 self._warn_once("stats.jsonl", e)
+        if self.settings.stop_on and self.stopped is None and "stop-on" not in self.off and records:
+            try:
+                self._judge(records[-1].step)
+            except Exception as e:  # noqa: BLE001
+                self._warn_once("stop-on", e)
+
+    def _judge(self, step: int) -> None:
+        """--stop-on: the reasoner on the events so far (also those the monitor still holds for ordering),
+        whenever they changed; a listed kind at --min-confidence ends the run after this optimizer step."""
+        from neuraldbg_cli import reasoner
+
+        events = self.seen + self.monitor.pending()
+        if len(events) == self._judged:
+            return
+        self._judged = len(events)
+        run = RunData(dir=self.run_dir, meta=self.meta, events=list(events), models=self.model_doc)
+        report = reasoner.explain(run, self.settings.min_confidence)
+        found = reasoner.failing_kinds(report, self.settings.stop_on, self.settings.min_confidence)
+        if found:
+            self.stopped = {"step": step, "kinds": found}
+            self.probe.stop_requested = True
+            prefix = self.info.prefix if self.info is not None and self.info.rank != 0 else ""
+            print(f"{prefix}neuraldbg: stopping the run after step {step}: {', '.join(found)} confirmed "
+                  f"(--stop-on)", file=sys.stderr, flush=True)
 
     def _on_models(self) -> None:
         try:
             models = self.probe.models()
             self.monitor.set_models(models)
-            self.writer.write_json("model.json", {
+            self.model_doc = {
                 "models": [{"name": m.name, "class": m.cls, "n_modules": m.n_modules, "n_params": m.n_params,
                             "order": m.order, "modules": {n: vars(i) for n, i in m.modules.items()},
                             **({"wrappers": m.wrappers} if m.wrappers else {})}
                            for m in models],
-                "optimizers": self.probe.optimizer_info()})
+                "optimizers": self.probe.optimizer_info()}
+            self.writer.write_json("model.json", self.model_doc)
         except Exception as e:  # noqa: BLE001
             self._warn_once("model description", e)
 
@@ -409,8 +442,12 @@ class Session:
                 self._close()
         if os.getpid() != self.pid:  # a child the script forked, leaving through sys.exit: the run is not its
             return code
+        status = "finished" if code == 0 else "failed"
+        if self.stopped is not None:  # whatever the script made of the StopTraining it got (Lightning: exit 1)
+            code, status = int(ExitCode.FAIL_ON), "stopped"
+            self.meta.update(stopped_at=self.stopped["step"], stopped_by=self.stopped["kinds"])
         self.write_meta(end=_now(), wall_s=round(time.perf_counter() - t0, 3), exit_status=code,
-                        status="finished" if code == 0 else "failed", steps_observed=self.monitor.steps_seen,
+                        status=status, steps_observed=self.monitor.steps_seen,
                         faults=self.probe.faults + self.warnings)
         self.writer.close()
         if self.settings.run_dir is None and not self.rank:

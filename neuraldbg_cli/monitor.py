@@ -395,6 +395,10 @@ class Monitor:
         self.held.append((step, self.seq, ev))
         self.urgent = self.urgent or new == NON_FINITE
 
+    def pending(self) -> list[SemanticEvent]:
+        """The events confirmed but still held for ordering (a live decision must not wait for them)."""
+        return [ev for _, _, ev in sorted(self.held)]
+
     def _release(self, now: Optional[int]) -> None:
         """Emit the held events that no later observation can precede (all of them when now is None)."""
         if not self.held:

@@ -28,6 +28,7 @@ from torch.nn.modules.loss import _Loss
 from torch.optim import optimizer as _optimizer
 
 from neuraldbg_cli import tensorstats as ts
+from neuraldbg_cli.errors import StopTraining
 from neuraldbg_cli.events import ModelInfo, StepRecord
 from neuraldbg_cli.hookset import HookSet
 from neuraldbg_cli.provenance import (FLOAT_TARGET_LOSSES, Outputs, Sites, first_tensor, from_outside, loss_target,
@@ -110,6 +111,7 @@ class Probe:
         self.faults: list[str] = []
         self.backward_calls = 0
         self._models_dirty = False
+        self.stop_requested = False  # --stop-on: end the training when the next optimizer step is complete
         self.hooks = HookSet()
 
     # ---- install / uninstall ----
@@ -566,6 +568,9 @@ class Probe:
                 self._advance()
         except Exception as e:  # noqa: BLE001
             self._fault("step", e)
+        if closes and self.stop_requested:  # a step boundary: the weights are updated, no backward under way
+            self.stop_requested = False
+            raise StopTraining()
 
     def _loss_series(self, opt: Any) -> str:
         """stepclock.series_name of this optimizer, cached while its and all observed parameters are the same."""
@@ -626,10 +631,11 @@ class Probe:
         if not buf.scaled and not ids <= buf.covered:  # outside an optimizer step, a GradScaler's gradients are still scaled
             self._grad_norms(buf, [p for p in params if id(p) not in buf.covered])
         if buf.sampled and params:  # weight norms, and checksums that tell whether any weight moved
+            parts, shard_scale = ts.local_parts(params)
             with torch.no_grad():
-                norms = torch._foreach_norm(params)
+                norms = torch._foreach_norm(parts)
                 sums = ts.checksums(self._bit_views(params))
-            buf.extend("weight", owners, list(norms))
+            buf.extend("weight", owners, list(norms), shard_scale)
             if isinstance(sums, torch.Tensor):
                 buf.add("checksum", owners, sums)
             else:
@@ -659,16 +665,16 @@ class Probe:
             buf.covered.update(ids if ids is not None else map(id, params))
         if not grads:
             return
-        scale = None
+        grads, scale = ts.local_parts(grads)
         if not buf.sampled:  # between samples a big dense gradient's RMS is read off an even sample of it
             sparse = self._sparse_ids()
             big = [i for i, (p, g) in enumerate(zip(params, grads))
                    if g.numel() > SAMPLE_GRADS_OVER and g.is_contiguous() and id(p) not in sparse]
             if big:
-                grads, scale = list(grads), [1.0] * len(grads)
+                grads, scale = list(grads), scale or [1.0] * len(grads)
                 for i in big:
                     part = ts.sample(grads[i].view(-1))
-                    scale[i] = math.sqrt(grads[i].numel() / part.numel())
+                    scale[i] *= math.sqrt(grads[i].numel() / part.numel())
                     grads[i] = part
         with torch.no_grad():
             norms = torch._foreach_norm(grads)

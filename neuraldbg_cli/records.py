@@ -92,17 +92,17 @@ def update_before(params: list, owners: tuple, sparse: frozenset) -> tuple:
     the same sample after the step and scales the norm to the whole tensor as a gradient sample's is. Large
     sparse-gradient parameters (`sparse`: embeddings) are left out: a sample could miss every row a step moved.
     Device ops only: the norms go home with the step's other statistics."""
-    keep = [i for i, p in enumerate(params) if p.numel() <= 2 * ts.SAMPLE or id(p) not in sparse]
+    keep = [i for i, p in enumerate(params) if (p.numel() <= 2 * ts.SAMPLE or id(p) not in sparse) and ts.holds(p)]
     params = [params[i] for i in keep]
-    with torch.no_grad():
-        before = [ts.sample(p.detach().reshape(-1)).to(torch.float32, copy=True) for p in params]
+    with torch.no_grad():  # of a sharded parameter, the local shard: the scale below takes it to the whole
+        before = [ts.sample(ts.local(p).detach().reshape(-1)).to(torch.float32, copy=True) for p in params]
     return params, tuple(owners[i] for i in keep), before
 
 
 def update_norms(buf: StepBuffer, params: list, owners: tuple, before: list) -> None:
     """After the optimizer step: see update_before."""
     with torch.no_grad():
-        after = [ts.sample(p.detach().reshape(-1)).float() for p in params]
+        after = [ts.sample(ts.local(p).detach().reshape(-1)).float() for p in params]
         keep = [i for i, (a, b) in enumerate(zip(after, before)) if a.shape == b.shape]
         if not keep:
             return
@@ -152,8 +152,8 @@ def _place(rec: StepRecord, what: str, key: tuple, chunk: list[float], extra: An
             rec.acts[key] = ts.act_stats(chunk, extra)
     elif what == "grad":  # extra: per-parameter factors from a sample's norm to the whole's (None: exact)
         _accumulate(rec, key, chunk if extra is None else [v * f for v, f in zip(chunk, extra)], "norm")
-    elif what == "weight":
-        _accumulate(rec, key, chunk, "weight_norm")
+    elif what == "weight":  # extra: per-parameter factors from a local shard's norm to the whole's (None: exact)
+        _accumulate(rec, key, chunk if extra is None else [v * f for v, f in zip(chunk, extra)], "weight_norm")
     elif what == "update":  # extra as for "grad"
         _accumulate(rec, key, chunk if extra is None else [v * f for v, f in zip(chunk, extra)], "update_norm")
     elif what == "checksum":  # per parameter, kept apart: the module changed if any of its parameters did

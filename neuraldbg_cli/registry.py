@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from neuraldbg_cli.roots import Root, rescan_root, scan_root, unwrap
+from neuraldbg_cli.roots import Root, rescan_root, scan_root, unwrap, user_class
 
 
 class Registry:
@@ -54,12 +54,13 @@ class Registry:
             self.index[wrapper] = known
             known[0].wrappers = wrappers
             return known[0]
-        cls = type(module).__name__
+        cls, sharded = user_class(module)
+        wrappers += sharded
         k = self.class_count[cls]
         self.class_count[cls] += 1
         dead, hook, i = self._dead, self._on_death, len(self.roots)
         root = Root(cls if k == 0 else f"{cls}#{k}", module, lambda _r: (dead.append(("root", i)), hook()))
-        root.wrappers = wrappers
+        root.wrappers, root.cls = wrappers, cls
         scan_root(root, module, self.index, self._claim)
         if wrapper not in self.index:
             self.index[wrapper] = (root, "")

@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from neuraldbg_cli.events import ModelInfo, ModuleInfo
-from neuraldbg_cli.tensorstats import CHEAP_ONLY, DEAD, FINITE_PRESERVING, NORMS, RELU_LIKE, SAT_FLAGS
+from neuraldbg_cli.tensorstats import CHEAP_ONLY, DEAD, FINITE_PRESERVING, NORMS, RELU_LIKE, SAT_FLAGS, holds
 
 PARAMS, SAFE, OTHER = 0, 1, 2  # an observed module: has parameters; finite-preserving; anything else
 
@@ -55,6 +55,15 @@ def unwrap(module: torch.nn.Module) -> tuple[torch.nn.Module, list[str]]:
         wrappers.append(type(module).__name__)
         module = inner
     return module, wrappers
+
+
+def user_class(module: torch.nn.Module) -> tuple[str, list[str]]:
+    """The model's class name, and "fully_shard" when FSDP2 sharded it: fully_shard swaps a module's class
+    for a subclass named FSDP<Class>, whose other base is the user's class."""
+    cls = type(module)
+    if any(b.__name__ == "FSDPModule" for b in cls.__bases__):
+        return next((b.__name__ for b in cls.__bases__ if b.__name__ != "FSDPModule"), cls.__name__), ["fully_shard"]
+    return cls.__name__, []
 
 
 def user_name(name: str) -> str:
@@ -192,7 +201,7 @@ def scan_root(root: Root, module: torch.nn.Module, index: "weakref.WeakKeyDictio
         root.n_modules += 1
         if m not in index:
             index[m] = (root, name)
-        own = [p for p in m.parameters(recurse=False) if p.requires_grad]
+        own = [p for p in m.parameters(recurse=False) if p.requires_grad and holds(p)]  # (an empty shard: no)
         _observe(root, name, m, bool(own))
         if isinstance(root.observed.get(m), tuple):
             _describe(root, name, m, [p for p in own if claim(root, name, p)])
@@ -203,12 +212,12 @@ def rescan_root(root: Root, index: "weakref.WeakKeyDictionary", claim: Claim,
     """Parameters unfrozen or added after the model was first seen (staged fine-tuning, a replaced head)
     join in; a sampled step is often enough for that. True when any did."""
     module = root.ref()
-    if module is None or all(claimed(p) or not p.requires_grad for p in module.parameters()):
+    if module is None or all(claimed(p) or not p.requires_grad or not holds(p) for p in module.parameters()):
         return False
     changed = False
     for name, m in module.named_modules():
         name = user_name(name)
-        new = [p for p in m.parameters(recurse=False) if p.requires_grad and not claimed(p)]
+        new = [p for p in m.parameters(recurse=False) if p.requires_grad and not claimed(p) and holds(p)]
         if m not in index:
             index[m] = (root, name)
         if not new:

@@ -189,12 +189,36 @@ _BITS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 CHECKSUM_BITS = 0xFFFFFF  # a checksum is kept to 24 bits, so float32 carries it home exactly
 
 
+def is_sharded(t: torch.Tensor) -> bool:
+    """A DTensor (FSDP2's sharded parameters and gradients): only its local shard is read, with no collective."""
+    return type(t).__name__ == "DTensor"
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if is_sharded(t) else t
+
+
+def local_parts(tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], Optional[list[float]]]:
+    """Sharded tensors -> their local shards, and per tensor the factor that takes a shard's norm to an estimate
+    of the whole tensor's (the shards of one parameter look alike, as a gradient sample's parts do); None
+    when nothing is sharded."""
+    if not any(map(is_sharded, tensors)):
+        return tensors, None
+    parts = [local(t) for t in tensors]
+    return parts, [math.sqrt(t.numel() / p.numel()) if p.numel() else 0.0 for t, p in zip(tensors, parts)]
+
+
+def holds(p: torch.Tensor) -> bool:
+    """Whether this process holds any element of the parameter (a shard can be empty on some ranks)."""
+    return local(p).numel() > 0
+
+
 def bit_views(params: list[torch.Tensor]) -> list[Optional[torch.Tensor]]:
     """Integer views of each tensor's bits, for `checksums` (None for a dtype without one)."""
     out = []
     for p in params:
         bits = _BITS.get(p.element_size()) if p.is_floating_point() else None
-        out.append(p.detach().view(bits) if bits is not None else None)
+        out.append(local(p).detach().view(bits) if bits is not None else None)
     return out
 
 

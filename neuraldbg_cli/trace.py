@@ -514,7 +514,10 @@ def _read_one(resolved: Path, run_dir: Path, rank: Optional[int]) -> RunData:
     models = _clean_models(models, warnings)
     code = meta.get("exit_status")
     who = "the script" if rank is None else f"rank {rank}'s script"
-    if isinstance(code, int) and code != 0:
+    if meta.get("status") == "stopped":
+        warnings.append(f"{who.replace('the script', 'the run')} was stopped by --stop-on after step "
+                        f"{meta.get('stopped_at')}; this explains what was observed up to then")
+    elif isinstance(code, int) and code != 0:
         how = {130: "was interrupted (Ctrl-C)", 143: "was terminated (SIGTERM)"}.get(code, "failed")
         warnings.append(f"{who} {how}, exit status {code}; this explains what was observed up to then")
     elif meta and "exit_status" not in meta and "steps_observed" not in meta:
@@ -527,7 +530,7 @@ def _read_one(resolved: Path, run_dir: Path, rank: Optional[int]) -> RunData:
 # What the reasoner reads from meta.json and model.json, with the JSON type each must have: a field of
 # another type (a hand-edited or corrupt file) is dropped with a warning instead of failing later.
 META_FIELDS = {"status": str, "script": str, "start": str, "end": str, "exit_status": int, "steps_observed": int,
-               "settings": dict, "rank": int, "world_size": int, "job": str, "host": str}
+               "settings": dict, "rank": int, "world_size": int, "job": str, "host": str, "stopped_at": int}
 MODEL_FIELDS = {"name": str, "class": str, "n_modules": int, "n_params": int, "order": list, "modules": dict,
                 "wrappers": list}
 OPTIMIZER_FIELDS = {"type": str, "groups": list, "params": int}
