@@ -38,12 +38,12 @@ def run(
     threshold: List[str] = typer.Option([], "--threshold", help="override a threshold: NAME=VALUE (repeatable)"),
 ) -> None:
     from neuraldbg_cli.config import Settings, parse_threshold_pairs
-    from neuraldbg_cli.launch import Session
+    from neuraldbg_cli.launch import start
 
     try:
         cli = {"run_dir": run_dir, "fail_on": fail_on, "stop_on": stop_on, "min_confidence": min_confidence, "every": every,
                "quiet": quiet, "thresholds": parse_threshold_pairs(threshold) if threshold else None}
-        session = Session(Settings.resolve(cli), list(target or []))
+        session = start(Settings.resolve(cli), list(target or []))
     except NeuraldbgError as e:
         _fail(e)
     raise typer.Exit(session.run())

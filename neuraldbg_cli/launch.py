@@ -298,18 +298,13 @@ class Session:
     def __init__(self, settings: Settings, args: list[str]) -> None:
         self.settings = settings
         self.mode, self.path, self.argv = resolve_target(args)
-        self.launcher = is_launcher(self.mode, self.path, self.argv)
-        self.info = None if self.launcher else rank_info()  # a rank of a torchrun job
-        if self.launcher:  # the ranks write the trace; name it after their script
-            _, module, script, _ = parse_launch(self.argv)
-            stem = script.rsplit(".", 1)[-1] if module else Path(script).stem
-        else:
-            stem = self.path.stem if self.path is not None else self.argv[0].rsplit(".", 1)[-1]
+        self.info = rank_info()  # a rank of a torchrun job, or None
+        stem = self.path.stem if self.path is not None else self.argv[0].rsplit(".", 1)[-1]
         self.run_dir = prepare_run_dir(settings, stem, self.info)
         self.rank = self.info.rank if self.info is not None else None
         self.t0 = time.perf_counter()
         try:
-            self.writer = RunWriter(self.run_dir, self.rank) if not self.launcher else None
+            self.writer = RunWriter(self.run_dir, self.rank)
         except FileExistsError:
             raise NeuraldbgError(f"neuraldbg: {self.run_dir} already holds rank {self.rank} of this job") from None
         self.thinner = StatsThinner(t0=self.t0 if self.info is not None else None)
@@ -410,8 +405,6 @@ class Session:
             self._warn_once("meta.json", e)
 
     def run(self) -> int:
-        if self.launcher:
-            return self._launch()
         import torch  # deferred: `explain` must not pay for torch
 
         from neuraldbg_cli.probes import Probe
@@ -458,32 +451,6 @@ class Session:
             wait_for_ranks(self.run_dir, self.info.world_size)
         return self._verdict(code)
 
-    def _launch(self) -> int:
-        """`neuraldbg run torchrun ...`: torchrun runs here unobserved (it trains nothing) and starts every rank
-        under neuraldbg, all writing to this run directory; then the merged verdict, as for a single process."""
-        from torch.distributed.run import main as torchrun_main
-
-        saved_argv, saved_env = sys.argv, dict(os.environ)
-        os.environ.update(settings_env(self.settings.model_dump(mode="json"), self.run_dir))
-        try:  # (torchrun handles SIGTERM itself: it stops the ranks, whose traces close as usual)
-            sys.argv = launcher_argv(self.argv)
-            torchrun_main()
-            code = 0
-        except SystemExit as e:
-            code = _exit_code(e)
-        except KeyboardInterrupt:
-            code = 130
-        except BaseException as e:  # noqa: BLE001 - torchrun's own error (a failed rank): as torchrun prints it
-            _print_user_traceback(e)
-            code = 1
-        finally:
-            sys.argv = saved_argv
-            os.environ.clear()
-            os.environ.update(saved_env)
-        if self.settings.run_dir is None:
-            point_latest(self.run_dir)
-        return self._verdict(code)
-
     def _close(self) -> None:
         try:
             self.probe.close()
@@ -526,21 +493,68 @@ class Session:
                 sys.path[0] = saved_path0
 
     def _verdict(self, code: int) -> int:
-        from neuraldbg_cli import reasoner
+        return verdict(self.run_dir, self.settings, code)
 
-        try:
-            report = reasoner.explain_job(read_job([self.run_dir]), self.settings.min_confidence)
-        except Exception as e:  # noqa: BLE001
-            print(f"neuraldbg: could not explain the run: {e}", file=sys.stderr)
-            return code
-        for line in reasoner.verdict_lines(report, self.settings.min_confidence):  # also with --quiet (live lines only)
-            print(line, file=sys.stderr)
-        print(f"neuraldbg: trace in {self.run_dir} (neuraldbg explain {self.run_dir})", file=sys.stderr)
-        if code != 0:
-            return code
-        if self.settings.fail_on and reasoner.failing_kinds(report, self.settings.fail_on, self.settings.min_confidence):
-            return int(ExitCode.FAIL_ON)
-        return 0
+
+class JobLauncher:
+    """`neuraldbg run torchrun ...` (or `-m torch.distributed.run`): torchrun runs here unobserved (it trains
+    nothing) and starts every rank under neuraldbg, all writing to one run directory; then the merged verdict,
+    as for a single process."""
+
+    def __init__(self, settings: Settings, argv: list[str]) -> None:
+        self.settings, self.argv = settings, argv
+        _, module, script, _ = parse_launch(argv)  # the ranks' script names the run directory
+        self.run_dir = prepare_run_dir(settings, script.rsplit(".", 1)[-1] if module else Path(script).stem)
+
+    def run(self) -> int:
+        from torch.distributed.run import main as torchrun_main
+
+        saved_argv, saved_env = sys.argv, dict(os.environ)
+        os.environ.update(settings_env(self.settings.model_dump(mode="json"), self.run_dir))
+        try:  # (torchrun handles SIGTERM itself: it stops the ranks, whose traces close as usual)
+            sys.argv = launcher_argv(self.argv)
+            torchrun_main()
+            code = 0
+        except SystemExit as e:
+            code = _exit_code(e)
+        except KeyboardInterrupt:
+            code = 130
+        except BaseException as e:  # noqa: BLE001 - torchrun's own error (a failed rank): as torchrun prints it
+            _print_user_traceback(e)
+            code = 1
+        finally:
+            sys.argv = saved_argv
+            os.environ.clear()
+            os.environ.update(saved_env)
+        if self.settings.run_dir is None:
+            point_latest(self.run_dir)
+        return verdict(self.run_dir, self.settings, code)
+
+
+def start(settings: Settings, args: list[str]) -> Any:
+    """What `neuraldbg run ARGS` runs: a Session, or a JobLauncher for torchrun itself."""
+    mode, path, argv = resolve_target(args)
+    return JobLauncher(settings, argv) if is_launcher(mode, path, argv) else Session(settings, args)
+
+
+def verdict(run_dir: Path, settings: Settings, code: int) -> int:
+    """Print the verdict of a finished run (every rank of a job) and return the exit status: the script's
+    own when it failed, 3 when a --fail-on kind is present, else 0."""
+    from neuraldbg_cli import reasoner
+
+    try:
+        report = reasoner.explain_job(read_job([run_dir]), settings.min_confidence)
+    except Exception as e:  # noqa: BLE001
+        print(f"neuraldbg: could not explain the run: {e}", file=sys.stderr)
+        return code
+    for line in reasoner.verdict_lines(report, settings.min_confidence):  # also with --quiet (live lines only)
+        print(line, file=sys.stderr)
+    print(f"neuraldbg: trace in {run_dir} (neuraldbg explain {run_dir})", file=sys.stderr)
+    if code != 0:
+        return code
+    if settings.fail_on and reasoner.failing_kinds(report, settings.fail_on, settings.min_confidence):
+        return int(ExitCode.FAIL_ON)
+    return 0
 
 
 def _python_abspath(typed: str) -> str:
