@@ -83,28 +83,32 @@ def events(
     module: Optional[str] = typer.Option(None, "--module", "-m", help="only this module and its submodules"),
     as_json: bool = typer.Option(False, "--json", help="print JSON lines instead of a table"),
 ) -> None:
-    """Print the semantic events of a run, filtered by type and module."""
+    """Print the semantic events of a run (every rank's, of a torchrun job), filtered by type and module."""
     import orjson
 
-    from neuraldbg_cli.trace import read_run
+    from neuraldbg_cli.trace import read_job
 
     try:
-        run_data = read_run(run_dir)
+        job = read_job([run_dir])
     except NeuraldbgError as e:
         _fail(e)
     types = set(type.split(",")) if type else None
-    for w in run_data.warnings:
-        typer.echo(f"neuraldbg: warning: {w}", err=True)
-    for ev in run_data.events:
-        if types and ev.type not in types:
-            continue
-        if module and not (ev.module == module or (ev.module or "").startswith(module + ".")):
-            continue
-        if as_json:
-            typer.echo(orjson.dumps(ev.to_json_dict()).decode())
-        else:
-            metrics = " ".join(f"{k}={v:.4g}" for k, v in ev.metrics.items() if v is not None)
-            typer.echo(f"{ev.step:>7}  {ev.type:<27} {(ev.module or ev.site or '-'):<24} {ev.from_} -> {ev.to}  {metrics}")
+    for run_data in job.runs:
+        for w in run_data.warnings:
+            typer.echo(f"neuraldbg: warning: {'' if run_data.rank is None else f'rank {run_data.rank}: '}{w}", err=True)
+        for ev in run_data.events:
+            if types and ev.type not in types:
+                continue
+            if module and not (ev.module == module or (ev.module or "").startswith(module + ".")):
+                continue
+            if as_json:
+                line = ev.to_json_dict() if run_data.rank is None else {**ev.to_json_dict(), "rank": run_data.rank}
+                typer.echo(orjson.dumps(line).decode())
+            else:
+                metrics = " ".join(f"{k}={v:.4g}" for k, v in ev.metrics.items() if v is not None)
+                rank = "" if run_data.rank is None else f"r{run_data.rank} "
+                typer.echo(f"{rank}{ev.step:>7}  {ev.type:<27} {(ev.module or ev.site or '-'):<24} "
+                           f"{ev.from_} -> {ev.to}  {metrics}")
 
 
 @app.command()

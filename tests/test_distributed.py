@@ -97,6 +97,8 @@ def test_nan_in_one_ranks_data_starts_at_that_ranks_input(tmp_path_factory):
     nan = hyp(report, "non_finite")  # the all-reduce carries it to rank 0, but it began on rank 1's input
     assert nan["ranks"] == [0, 1] and nan["origin"]["rank"] == 1 and nan["caused_by"] == "data_anomaly"
     assert not any("learning rate" in s or "lr=" in s for s in nan["suggestions"][:1])
+    shown = run_cli("events", run_dir, "--type", "data_anomaly", "--json")  # every rank's events, rank named
+    assert shown.returncode == 0 and {json.loads(line)["rank"] for line in shown.stdout.splitlines()} == {1}
 
 
 def test_weights_changed_on_one_rank_are_rank_divergence(tmp_path_factory):
