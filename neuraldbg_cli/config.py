@@ -25,6 +25,12 @@ class Thresholds(BaseModel):
 
     debounce: int = Field(3, description="observations a new state must hold before an event "
                           "(non-finite values are reported at once)")
+    debounce_early: int = Field(2, description="observations (at most debounce) after which a new state is "
+                                "reported although it did not hold for debounce, when something worse took over "
+                                "(exploding, then dead) or the run ended: it happened")
+    baseline_samples: int = Field(3, description="healthy observations of a site whose median is its baseline "
+                                  "(gradient RMS, output std, input mean and std), that growth and shifts are "
+                                  "measured against: the first few, so that one odd batch does not set it")
     vanish_ratio: float = Field(1e-4, description="a layer whose gradient RMS is below this fraction of the "
                                 "largest layer's in the same model is vanishing: healthy nets stay within ~1e-2")
     vanish_context_ratio: float = Field(1e-2, description="a layer repeated in a stack of blocks vanishes only "
@@ -32,6 +38,9 @@ class Thresholds(BaseModel):
                                         "healthy stacks keep repeats within ~3x, a vanishing one loses 5-10x per "
                                         "block, and attention query/key, 1e-5 of the largest layer at "
                                         "initialisation in every block, are small by design")
+    vanish_min_layers: int = Field(3, description="matrix layers with a gradient a model needs before one is "
+                                   "judged against the largest (vanish_ratio): in a model of 1-2 layers the ratio "
+                                   "tells nothing about depth")
     vanish_abs: float = Field(1e-10, description="gradient RMS this small is vanishing whatever the other layers do")
     explode_growth: float = Field(1e3, description="gradient RMS this many times its own early baseline is exploding")
     explode_abs: float = Field(1e2, description="gradient RMS above this is exploding outright (healthy "
@@ -40,6 +49,9 @@ class Thresholds(BaseModel):
                              "healthy sparse ReLU nets have 50-70% zeros but few units dead on a whole batch")
     dead_output_frac: float = Field(0.3, description="the same for the model's last layer (e.g. a ReLU on the "
                                     "logits): an output unit that never fires is a class that can never win")
+    relu_zero_frac: float = Field(0.05, description="an output with no negative value and at least this fraction "
+                                  "of exact zeros is a ReLU's (units can die; not judged as saturated): a ReLU "
+                                  "layer zeroes about half its values, a sigmoid's output is never exactly 0")
     saturated_frac: float = Field(0.6, description="fraction of a bounded activation's outputs pinned at its "
                                   "rails (sigmoid <.02 or >.98, tanh |x|>.96) for a saturated layer")
     anomalous_growth: float = Field(1e2, description="activation std this many times its early baseline")
@@ -47,6 +59,8 @@ class Thresholds(BaseModel):
                               "(raw 0-255 pixels: mean 127, std 73)")
     target_scale: float = Field(1e3, description="regression targets with |mean| or std above this")
     data_shift: float = Field(10.0, description="input std or mean moving this many baseline stds is a shift")
+    data_std_floor: float = Field(1e-6, description="the smallest baseline std a data shift is measured against: "
+                                  "a constant input (std 0) that starts to vary is a shift, float round-off is not")
     loss_window: int = Field(10, description="losses per window when judging a loss oscillation (over the "
                              "latest 2 windows); the reasoner reads it as the oscillation's dating slack")
     plateau_improvement: float = Field(0.25, description="a loss whose recent median never got this fraction "
@@ -106,9 +120,22 @@ class Thresholds(BaseModel):
     oscillation_high: float = Field(3.0, description="a loss that has not learned oscillates only when its swings "
                                     "reach this many times its start level: a loss at its noise floor from the "
                                     "start (fine-tuning; ~30% batch noise) swings ~1.5-2x")
+    learned_factor: float = Field(2.0, description="a loss level this factor below its start has learned; an "
+                                  "oscillation is either a loss that has not learned swinging high, or one that "
+                                  "learned jumping back above its start (healthy runs fall by more than half)")
+    oscillation_flips: float = Field(0.4, description="fraction of consecutive loss changes that reverse direction, "
+                                     "for an oscillation of a loss that has not learned: swings reverse on most "
+                                     "steps (pure noise: 2/3), a trend with noise on top far less often")
+    oscillation_flips_learned: float = Field(0.3, description="the same for a loss that learned and keeps jumping "
+                                             "back above its start: the jumps are evidence already")
+    oscillation_jumps: int = Field(2, description="losses of the window above the start level, after it learned, "
+                                   "for that second kind of oscillation (one is a spike)")
     anomalous_output_growth: float = Field(1e4, description="anomalous_growth for the model's last layer: logits "
                                            "start near 0 and grow 10-130x in healthy classifiers as they grow "
                                            "confident; blow-ups reach 1e3-1e6x and show in hidden layers too")
+    rank_stop_slack: int = Field(1, description="distributed: a rank that failed by itself while the others "
+                                 "stopped within this many steps of it (torchrun ended them) is its own failure, "
+                                 "not a desync")
     rank_grad_match: float = Field(1e-5, description="distributed: gradient norms of two ranks within this relative "
                                    "difference are the same (averaged across ranks: a data-parallel model whose "
                                    "weights must stay identical); the all-reduced gradient is the same tensor on "

@@ -168,7 +168,7 @@ def _step_time(run: RunData) -> Optional[float]:
     return statistics.median(gaps) if gaps else None
 
 
-def desync(runs: list[RunData]) -> Optional[Hypothesis]:
+def desync(runs: list[RunData], th: Thresholds) -> Optional[Hypothesis]:
     """Ranks of one job train in lockstep: they must end at the same step, and end alike. A rank that did
     fewer steps, or finished cleanly while another did not (its partner left the collective: it failed or
     hung), is a desync. A rank that failed on its own, with the others stopped by torchrun, is not: its own
@@ -182,7 +182,7 @@ def desync(runs: list[RunData]) -> Optional[Hypothesis]:
     if len(counts) == 1 and not (clean and unclean):
         return None
     short = min(info, key=lambda x: (x[1], x[0]))
-    if short[2] not in (0, None) and short[2] != 143 and max(counts) - short[1] <= 1:
+    if short[2] not in (0, None) and short[2] != 143 and max(counts) - short[1] <= th.rank_stop_slack:
         return None  # the first to stop failed by itself; the others were stopped at about the same step
     rank, steps, code, _ = short
     ended = "finished" if code == 0 else "stopped reporting (killed or hung)" if code is None else f"exited with status {code}"

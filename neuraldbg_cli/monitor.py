@@ -29,9 +29,10 @@ def _finite(v: Optional[float]) -> bool:
 
 # ---------------------------------------------------------------- classifiers (pure functions)
 
-def classify_gradient(rms: Optional[float], ref_max: float, ref_median: float, baseline: Optional[float],
-                      matrix: bool, depth: int, th: Thresholds, ahead: Optional[float] = None) -> str:
-    """rms: this module's gradient RMS (None: no gradient). ref_*: over matrix layers of the same model.
+def classify_gradient(rms: Optional[float], ref_max: float, baseline: Optional[float], matrix: bool, depth: int,
+                      th: Thresholds, ahead: Optional[float] = None) -> str:
+    """rms: this module's gradient RMS (None: no gradient). ref_max: the largest over matrix layers of the same
+    model; depth: how many of them have a gradient.
     ahead: the largest RMS of the same layer in the other blocks of a repeated stack (see Monitor._ahead)."""
     if rms is None or rms == 0.0:
         return GradState.absent.value
@@ -39,7 +40,7 @@ def classify_gradient(rms: Optional[float], ref_max: float, ref_median: float, b
         return GradState.non_finite.value
     if rms > th.explode_abs or (baseline and rms > th.explode_growth * baseline):
         return GradState.exploding.value
-    if matrix and (rms < th.vanish_abs or (depth >= 3 and rms < th.vanish_ratio * ref_max
+    if matrix and (rms < th.vanish_abs or (depth >= th.vanish_min_layers and rms < th.vanish_ratio * ref_max
                                           and (ahead is None or rms < th.vanish_context_ratio * ahead))):
         return GradState.vanishing.value
     return GradState.healthy.value
@@ -50,7 +51,7 @@ def classify_activation(s: ActStats, baseline_std: Optional[float], th: Threshol
     and their scale grows by orders of magnitude as a classifier grows confident (from a near-0 init)."""
     if s.nonfinite > 0 or not math.isfinite(s.mean):
         return ActState.non_finite.value
-    relu_like = s.min >= 0 and s.zero_frac >= 0.05  # exact zeros: a ReLU's output, not a sigmoid's
+    relu_like = s.min >= 0 and s.zero_frac >= th.relu_zero_frac  # exact zeros: a ReLU's output, not a sigmoid's
     if relu_like and s.dead_frac >= (th.dead_output_frac if output_layer else th.dead_frac):
         return ActState.dead.value
     sat = 0.0 if relu_like else s.sat01 if (s.min >= 0 and s.max <= 1) else s.sat11 if (s.min >= -1 and s.max <= 1) else 0.0
@@ -70,7 +71,7 @@ def classify_data(s: ActStats, baseline: Optional[tuple[float, float]], scale_li
         return DataState.extreme_scale.value
     if baseline is not None:
         b_mean, b_std = baseline
-        ref = max(b_std, 1e-6)
+        ref = max(b_std, th.data_std_floor)
         if abs(s.mean - b_mean) > th.data_shift * ref or s.std > th.data_shift * ref or s.std * th.data_shift < b_std:
             return DataState.shifted.value
     return DataState.normal.value
@@ -80,10 +81,12 @@ def classify_data(s: ActStats, baseline: Optional[tuple[float, float]], scale_li
 
 @dataclass
 class Machine:
-    """State of one site. `observe` returns an event payload when a new state is confirmed."""
+    """State of one site. `observe` returns an event payload when a new state is confirmed: held for `need`
+    observations, or for `early` when something worse takes over or the run ends."""
 
     state: str
     need: int
+    early: int
     cand: Optional[str] = None
     cand_step: int = 0
     cand_metrics: dict[str, Any] = field(default_factory=dict)
@@ -99,7 +102,7 @@ class Machine:
             self.state, self.cand = self.cand, None
             return [early, *self.observe(state, step, metrics)]
         if state != self.cand:
-            if self.cand is not None and self.count >= min(2, self.need) and state not in HEALTHY:
+            if self.cand is not None and self.count >= min(self.early, self.need) and state not in HEALTHY:
                 # held twice, then something worse took over (exploding -> dead): it happened, say so
                 early = (self.state, self.cand, self.cand_step, self.cand_metrics)
                 self.state, self.cand, self.count = self.cand, None, 0
@@ -113,7 +116,7 @@ class Machine:
 
     def pending(self) -> Optional[tuple[str, str, int, dict]]:
         """A candidate seen at least twice but cut short by the end of the run."""
-        if self.cand is not None and self.count >= min(2, self.need):
+        if self.cand is not None and self.count >= min(self.early, self.need):
             return self.state, self.cand, self.cand_step, self.cand_metrics
         return None
 
@@ -203,9 +206,10 @@ class LossSeries:
         noise = self._noise = self.noise()
         if level < self.best:
             self.best, self.best_noise = level, noise
-            halved = level < self.start() - math.log(2) if not self.raw else 2 * level < self._start
-            if self.learned is None and self.first and halved:
-                self.learned = step  # the level halved: it learned (an oscillation's jumps back count after)
+            factor = self.th.learned_factor
+            fell = level < self.start() - math.log(factor) if not self.raw else factor * level < self._start
+            if self.learned is None and self.first and fell:
+                self.learned = step  # it learned (an oscillation's jumps back count after)
         # upward CUSUM against the best level plus an allowance of k noise widths: it stays at 0 while the
         # loss hovers at (or falls below) its best; the last step it was 0 is where a rise began
         allow = self.th.loss_cusum_k * max(noise or 0.0, self.best_noise or 0.0)
@@ -313,8 +317,10 @@ class LossSeries:
         above = sum(1 for s, v in self.hist if v > start and self.learned is not None and s > self.learned)
         # not learning: swinging up well beyond where it started (a loss at its noise floor from the start,
         # e.g. a converged model fine-tuned, swings ~1.5x around its start level, never 3x)
-        if not ((flips >= 0.4 and now > 0.5 * start and max(recent) > self.th.oscillation_high * start)
-                or (start > 0 and above >= 2 and best is not None and best < 0.5 * start and flips >= 0.3)):
+        th, learned_level = self.th, start / self.th.learned_factor
+        if not ((flips >= th.oscillation_flips and now > learned_level and max(recent) > th.oscillation_high * start)
+                or (start > 0 and above >= th.oscillation_jumps and best is not None and best < learned_level
+                    and flips >= th.oscillation_flips_learned)):
             return None
         return self.hist[0][0], {"low": min(recent), "high": max(recent), "swing": rel}
 
@@ -371,7 +377,7 @@ class Monitor:
     def _machine(self, key: tuple, initial: str) -> Machine:
         m = self.machines.get(key)
         if m is None:
-            m = self.machines[key] = Machine(initial, self.th.debounce)
+            m = self.machines[key] = Machine(initial, self.th.debounce, self.th.debounce_early)
         return m
 
     def _feed(self, key: tuple, initial: str, state: str, step: int, metrics: dict, etype: str,
@@ -390,7 +396,7 @@ class Monitor:
         if new == NON_FINITE and etype != EventType.data_anomaly.value:
             etype = EventType.non_finite.value
         ev = SemanticEvent(type=etype, step=step, module=module or None, root=root or None,
-                           **{"from": old}, to=new, metrics=_rounded(metrics), site=site)
+                           from_=old, to=new, metrics=_rounded(metrics), site=site)
         self.seq += 1
         self.held.append((step, self.seq, ev))
         self.urgent = self.urgent or new == NON_FINITE
@@ -451,10 +457,10 @@ class Monitor:
                     self._feed(key, DataState.normal.value, NON_FINITE, rec.step, {"sum": s}, etype, site, root, None)
                 continue
             base = self.data_base.setdefault(key, [])
-            baseline = _median_pair(base) if len(base) >= 3 else None
+            baseline = _median_pair(base) if len(base) >= self.th.baseline_samples else None
             limit = self.th.data_scale if site == "input" else self.th.target_scale
             state = classify_data(s, baseline, limit, self.th)
-            if state == DataState.normal.value and len(base) < 3:
+            if state == DataState.normal.value and len(base) < self.th.baseline_samples:
                 base.append((s.mean, s.std))
             metrics = {"mean": s.mean, "std": s.std, "min": s.min, "max": s.max, "nonfinite": s.nonfinite}
             if baseline:
@@ -472,9 +478,9 @@ class Monitor:
                     self._feed(key, ActState.normal.value, NON_FINITE, rec.step, {"sum": s}, etype, site, root, module)
                 continue
             base = self.act_base.setdefault(key, [])
-            baseline = statistics.median(base) if len(base) >= 3 else None
+            baseline = statistics.median(base) if len(base) >= self.th.baseline_samples else None
             state = classify_activation(s, baseline, self.th, output_layer=module == self._output_layer(root))
-            if state == ActState.normal.value and len(base) < 3 and s.std > 0:
+            if state == ActState.normal.value and len(base) < self.th.baseline_samples and s.std > 0:
                 base.append(s.std)
             metrics = {"mean": s.mean, "std": s.std, "min": s.min, "max": s.max, "zero_frac": s.zero_frac,
                        "dead_frac": s.dead_frac, "sat_frac": max(s.sat01, s.sat11) if s.max <= 1 else 0.0,
@@ -539,9 +545,9 @@ class Monitor:
             return  # not meant to train: no optimizer holds it and no part of its model gets gradients (an EMA
             # copy or a teacher called with gradients on)
         base = self.grad_base.setdefault(key, [])
-        baseline = statistics.median(base) if len(base) >= 3 else None
-        state = classify_gradient(value, ref_max, ref_median, baseline, info.weight_ndim2, depth, self.th, ahead)
-        if state == GradState.healthy.value and len(base) < 3 and value:
+        baseline = statistics.median(base) if len(base) >= self.th.baseline_samples else None
+        state = classify_gradient(value, ref_max, baseline, info.weight_ndim2, depth, self.th, ahead)
+        if state == GradState.healthy.value and len(base) < self.th.baseline_samples and value:
             base.append(value)
         machine = self.machines.get(key)
         if machine is not None and machine.state == state and machine.cand is None:
@@ -666,7 +672,7 @@ class Monitor:
                    "best_loss": main._x(main.best) if main and math.isfinite(main.best) else None,
                    "last_loss": self.last_loss}
         self.emit(SemanticEvent(type=EventType.run_summary.value, step=max(self.last_step, 0), module=None,
-                                **{"from": RUN_STATES[0]}, to=RUN_STATES[1], metrics=_rounded(metrics), site="run"))
+                                from_=RUN_STATES[0], to=RUN_STATES[1], metrics=_rounded(metrics), site="run"))
 
 
 def _describe(key: tuple) -> tuple[str, str, Optional[str], Optional[str]]:

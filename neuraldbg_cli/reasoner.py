@@ -15,7 +15,7 @@ from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import EventType, Hypothesis, Kind, ModelSummary, Origin, Report
 from neuraldbg_cli.rules import CAUSES, RULES, SETTINGS, Context, SettingCause
 
-if TYPE_CHECKING:  # types only: the reasoner must not import the trace reader (msgspec, files)
+if TYPE_CHECKING:  # types only: the reasoner must not import the trace reader (files, JSON)
     from neuraldbg_cli.trace import JobData, RunData
 
 _LATE = 1 << 62  # an unknown onset sorts after every known one
@@ -187,7 +187,7 @@ def explain_job(job: JobData, min_confidence: float = 0.5) -> Report:
         return explain(job.runs[0], min_confidence)
     reports = [(run.rank or 0, explain(run, min_confidence)) for run in job.runs]
     th = build_context(job.runs[0]).thresholds
-    extra = [h for h in (crossrank.divergence(job.runs, th), crossrank.desync(job.runs)) if h is not None]
+    extra = [h for h in (crossrank.divergence(job.runs, th), crossrank.desync(job.runs, th)) if h is not None]
     hyps = crossrank.place(crossrank.merge([(r, rep.hypotheses) for r, rep in reports], min_confidence), extra,
                            min_confidence)
     lead = reports[0][1]

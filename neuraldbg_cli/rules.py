@@ -3,42 +3,22 @@
 A rule takes the `Context` only (keyword `ctx`), reads the events it needs and says what to change. Besides
 the rules, SETTINGS find a wrong training setting (a learning rate or weight decay the weights show to be far
 too large); the reasoner names it in the hypotheses it produced. CAUSES is the table of which kinds can cause
-which, that the reasoner ranks with. Pure: no I/O module is imported (events are read through `EventLike`)."""
+which, that the reasoner ranks with. Pure: no I/O module is imported (trace reads the events)."""
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
-from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
+from typing import Any, Callable, Iterable, Optional
 
 from neuraldbg_cli.config import Thresholds
-from neuraldbg_cli.events import CROSS_RANK_KINDS, EventType, Hypothesis, Kind, Origin
-from neuraldbg_cli.vocab import RESIDUAL_NORM_BLOCKS, RNN_TYPES, SATURATING_TYPES, is_norm, usual_lr
+from neuraldbg_cli.events import CROSS_RANK_KINDS, EventType, Hypothesis, Kind, Origin, SemanticEvent
+from neuraldbg_cli.vocab import (RNN_TYPES, SATURATING_TYPES, SOFTMAX_TYPES, decoupled_decay, is_norm, is_residual,
+                                usual_lr)
 
 
-class EventLike(Protocol):
-    """What the rules read of an event: trace.TraceEvent and events.SemanticEvent both are one."""
-
-    @property
-    def type(self) -> str: ...
-    @property
-    def step(self) -> int: ...
-    @property
-    def module(self) -> Optional[str]: ...
-    @property
-    def root(self) -> Optional[str]: ...
-    @property
-    def from_(self) -> str: ...
-    @property
-    def to(self) -> str: ...
-    @property
-    def site(self) -> Optional[str]: ...
-    @property
-    def metrics(self) -> Mapping[str, Optional[float]]: ...
-
-
-Event = EventLike
+Event = SemanticEvent  # what a rule reads: one line of events.jsonl
 
 
 @dataclass
@@ -202,13 +182,6 @@ def _model_has(ctx: Context, test: Callable[[str], bool]) -> bool:
     return any(test(t) for t in ctx.module_types().values())
 
 
-def _has_residual(type_name: str) -> bool:
-    """Blocks that carry skip connections: torch.nn's transformer layers, and the usual class names of
-    residual blocks (ResNet's BasicBlock/Bottleneck, GPT2Block, BertLayer's *EncoderLayer...)."""
-    return type_name in RESIDUAL_NORM_BLOCKS or type_name.endswith(
-        ("Block", "Bottleneck", "EncoderLayer", "DecoderLayer", "Residual"))
-
-
 def _names(events: list[Event]) -> list[str]:
     return sorted({e.module for e in events if e.module})
 
@@ -238,7 +211,7 @@ def vanishing_gradient(ctx: Context) -> Optional[Hypothesis]:
     tips.append("initialise with Xavier/He (nn.init.kaiming_normal_ for ReLU, xavier_uniform_ for tanh)")
     if not _model_has(ctx, is_norm):  # suggestions fit the model that was seen
         tips.append("add normalisation (LayerNorm/BatchNorm) between layers")
-    if len(types) >= 8 and not _model_has(ctx, _has_residual):
+    if len(types) >= 8 and not _model_has(ctx, is_residual):
         tips.append("add residual (skip) connections so gradients reach the first layers")
     where = f"{ratio:.1e}× the largest layer's gradient" if ratio else "almost no gradient"
     summary = (f"Gradients vanish toward the input: {origin.module} gets {where} from step {origin.step}; "
@@ -493,7 +466,7 @@ def loss_plateau(ctx: Context) -> Optional[Hypothesis]:
     types = ctx.module_types()
     tips = plateau_lr(ctx)
     ordered = [n for m in ctx.models for n in (m.get("order") or [])]
-    if ordered and types.get(ordered[-1]) in ("Softmax", "LogSoftmax"):
+    if ordered and types.get(ordered[-1]) in SOFTMAX_TYPES:
         tips.insert(0, f"the model ends in {types[ordered[-1]]} ({ordered[-1]}): nn.CrossEntropyLoss applies "
                        f"log-softmax itself; return raw logits")
     tips.append("check that the loss can decrease at all: overfit one small batch first")
@@ -606,8 +579,7 @@ def weight_decay_setting(ctx: Context) -> Optional[SettingCause]:
     if not large:
         return None
     wd, opt = max(large)
-    decoupled = opt.lower() in ("adamw", "lion", "adafactor") or opt.lower().startswith("fused")
-    usual = "0.01-0.1" if decoupled else "1e-5-5e-4"
+    usual = "0.01-0.1" if decoupled_decay(opt) else "1e-5-5e-4"
     onset = min(e.step for e in evs)
     return SettingCause("weight_decay", onset,
                         f"weight decay collapses the weights: weight_decay={wd:g} with {opt} shrinks them toward 0 "

@@ -14,6 +14,8 @@ from typing import NamedTuple, Optional, Union
 import torch
 
 from neuraldbg_cli.events import ActStats
+from neuraldbg_cli.vocab import (CHANNEL_FIRST_TYPES, FEATURES_LAST_TYPES, FINITE_PRESERVING_TYPES, NORM_TYPES,
+                                 RELU_TYPES, SAT01_TYPES, SAT11_TYPES, SATURATING_TYPES)
 
 # which statistics a site needs, beyond sum / sum of squares / min / max
 DEAD, SAT01, SAT11, EXACT = 1, 2, 4, 8  # units never > 0; near 0 or 1; near -1 or 1; two-pass std + finite count
@@ -24,37 +26,18 @@ CHEAP_ONLY = 16  # a normalisation layer: its output's scale is what it controls
 # else the last dim
 CHANNEL_FIRST, FEATURES_LAST = 32, 64
 
-RELU_LIKE = {"ReLU", "ReLU6", "Threshold", "RReLU"}
-SAT_FLAGS = {"Sigmoid": SAT01, "Hardsigmoid": SAT01, "Tanh": SAT11, "Hardtanh": SAT11, "Softsign": SAT11,
-             "LogSigmoid": SAT, "Tanhshrink": SAT}
-# Modules whose output is finite whenever their input is: when that input is the output just checked, their
-# own output needs no non-finite check of its own (a NaN is still caught where it is made).
-FINITE_PRESERVING = RELU_LIKE | set(SAT_FLAGS) | {
-    "LeakyReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Hardswish", "Softplus", "Softshrink",
-    "Hardshrink", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout",
-    "Identity", "Flatten", "Unflatten", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AdaptiveMaxPool1d",
-    "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "Softmax", "Softmax2d", "LogSoftmax", "Softmin"}
-
-NORMS = {"BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "LayerNorm", "GroupNorm", "RMSNorm",
-         "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LocalResponseNorm"}
-
-_CHANNEL_FIRST_TYPES = {f"{base}{d}d" for d in (1, 2, 3) for base in (
-    "Conv", "ConvTranspose", "LazyConv", "LazyConvTranspose", "BatchNorm", "LazyBatchNorm", "InstanceNorm",
-    "LazyInstanceNorm", "MaxPool", "AvgPool", "AdaptiveMaxPool", "AdaptiveAvgPool", "LPPool", "FractionalMaxPool",
-    "Dropout", "ReflectionPad", "ReplicationPad", "ZeroPad", "ConstantPad", "CircularPad", "MaxUnpool")} | {
-    "SyncBatchNorm", "GroupNorm", "LocalResponseNorm", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
-    "PixelShuffle", "PixelUnshuffle", "ChannelShuffle", "Softmax2d"}
-# (HF's GPT-2 `Conv1D` is a Linear with its weight transposed: features last)
-_FEATURES_LAST_TYPES = {"Linear", "LazyLinear", "Bilinear", "Embedding", "EmbeddingBag", "LayerNorm", "RMSNorm",
-                        "MultiheadAttention", "RNN", "LSTM", "GRU", "TransformerEncoderLayer",
-                        "TransformerDecoderLayer", "Conv1D", "NonDynamicallyQuantizableLinear"}
+# the rails each saturating activation's output is measured at, from the shared table (vocab)
+SAT_FLAGS = {t: (SAT01 if t in SAT01_TYPES else 0) | (SAT11 if t in SAT11_TYPES else 0) for t in SATURATING_TYPES}
+# the shared tables under the names roots.py reads: DEAD for these, CHEAP_ONLY for norms; and when a module's input
+# is the output just checked, one that preserves finiteness needs no non-finite check of its own
+RELU_LIKE, NORMS, FINITE_PRESERVING = RELU_TYPES, NORM_TYPES, FINITE_PRESERVING_TYPES
 
 
 def unit_axis_flags(layer_type: Optional[str]) -> int:
     """CHANNEL_FIRST / FEATURES_LAST for an activation that follows a module of this type (0: unknown)."""
-    if layer_type in _CHANNEL_FIRST_TYPES:
+    if layer_type in CHANNEL_FIRST_TYPES:
         return CHANNEL_FIRST
-    return FEATURES_LAST if layer_type in _FEATURES_LAST_TYPES else 0
+    return FEATURES_LAST if layer_type in FEATURES_LAST_TYPES else 0
 
 
 def unit_axis(ndim: int, flags: int) -> int:

@@ -12,20 +12,18 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Iterator, Literal, Optional, Union
+from typing import Any, Iterator, Optional
 
 import msgspec
 import orjson
-from pydantic import TypeAdapter, ValidationError
 
 from neuraldbg_cli.errors import NeuraldbgError
-from neuraldbg_cli.events import (META_SCHEMA, RUN_STATES, SITES, SUPPORTED_EVENT_SCHEMAS, ActState, DataState,
-                                  EventType, GradState, LossState, SemanticEvent, UpdateState)
+from neuraldbg_cli.events import MAX_STEP, META_SCHEMA, SUPPORTED_EVENT_SCHEMAS, SemanticEvent
 
 EVENTS, META, STATS, MODEL = "events.jsonl", "meta.json", "stats.jsonl", "model.json"
 MAX_LINE = 1 << 20  # a longer line is not an event: skipped without reading it into memory
 MAX_WARNINGS = 20
-MAX_INT = 1 << 63  # steps and counts beyond 64 bits are corrupt
+MAX_INT = MAX_STEP + 1  # steps and counts beyond 64 bits are corrupt
 MAX_EVENTS = 200_000  # events are written on transitions only: a real run has far fewer; memory stays bounded
 
 
@@ -105,45 +103,8 @@ def point_latest(run_dir: Path) -> None:
 
 # ---------------------------------------------------------------- reading
 
-def _one_of(values: Iterable[str]) -> Any:
-    return Literal[tuple(sorted(set(values)))]
-
-
-# msgspec decodes a Literal string to one shared object, no allocation: a tenth off reading. The schema is
-# checked too: another is for _check_schema to report
-_KNOWN_SCHEMA = _one_of(SUPPORTED_EVENT_SCHEMAS)
-_TYPE = _one_of(t.value for t in EventType)
-_STATE = _one_of([s.value for e in (GradState, ActState, LossState, DataState, UpdateState) for s in e] + [*RUN_STATES])
-_SITE = _one_of(SITES)
-
-
-class TraceEvent(msgspec.Struct, forbid_unknown_fields=True, frozen=True, gc=False):
-    """An event line as neuraldbg writes it, read back: the attributes and to_json_dict() of the SemanticEvent
-    it stands for. msgspec decodes a line straight into it, types checked in C with no dict per line: about
-    half the cost of orjson plus checks of the dicts, a twentieth of validating the pydantic model. It accepts
-    what SemanticEvent accepts unchanged (and an integer metric, as pydantic would, as a float) with the
-    type, states and site neuraldbg writes; any other line goes to pydantic, whose messages the warnings
-    quote."""
-
-    schema_: _KNOWN_SCHEMA = msgspec.field(name="schema")
-    type: _TYPE
-    step: Annotated[int, msgspec.Meta(ge=0, le=MAX_INT - 1)]
-    module: Optional[str]
-    root: Optional[str]
-    from_: _STATE = msgspec.field(name="from")
-    to: _STATE
-    metrics: dict[str, Optional[float]]
-    site: Optional[_SITE]
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {**{_ALIASES.get(f, f): getattr(self, f) for f in self.__struct_fields__},
-                "metrics": dict(self.metrics)}
-
-
-_ALIASES = {"schema_": "schema", "from_": "from"}
-_DECODER = msgspec.json.Decoder(TraceEvent)
+_DECODER = msgspec.json.Decoder(SemanticEvent)
 _decode, _decode_lines = _DECODER.decode, _DECODER.decode_lines
-Event = Union[SemanticEvent, TraceEvent]
 
 
 @dataclass
@@ -153,7 +114,7 @@ class RunData:
 
     dir: Path
     meta: dict[str, Any]
-    events: list[Event]
+    events: list[SemanticEvent]
     models: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     rank: Optional[int] = None
@@ -283,17 +244,12 @@ def split_block(body: Optional[bytes], complete: bool) -> list[Optional[bytes]]:
     return [None] if body is None else body[:-1].split(b"\n") if complete else [body]
 
 
-_EVENT_LIST = TypeAdapter(list[SemanticEvent])
-VALIDATE_CHUNK = 4096  # lines parsed and checked per call; a chunk with a bad line is read line by line
-
-
-def read_events(path: Path, warnings: list[str]) -> list[Event]:
+def read_events(path: Path, warnings: list[str]) -> list[SemanticEvent]:
     """Every valid event of an events.jsonl, in order; bad lines are skipped with a warning. Fast path (see
-    BENCHMARKS.md): the file is read a block of whole lines at a time, each block decoded into TraceEvents in
-    one msgspec call (_whole), and the cyclic GC is paused meanwhile (it would rescan the new objects again and
-    again). A block _whole does not take is split into lines; a chunk of them with a line msgspec does not take
-    is parsed again and validated by pydantic in one call; one that pydantic rejects is read again line by
-    line, which finds and reports the bad lines, so the result does not depend on blocks or chunks."""
+    BENCHMARKS.md): the file is read a block of whole lines at a time, each block decoded into SemanticEvents in
+    one msgspec call (_whole), with the cyclic GC paused meanwhile (it would rescan the new objects again and
+    again). A block _whole does not take is read line by line (_lines), which finds and words the bad lines,
+    so the result does not depend on where blocks start."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -306,15 +262,15 @@ def read_events(path: Path, warnings: list[str]) -> list[Event]:
 class _EventReader:
     def __init__(self, path: Path, warnings: list[str]) -> None:
         self.path, self.warnings = path, warnings
-        self.events: list[Event] = []
+        self.events: list[SemanticEvent] = []
         self.bad = 0
         self.taken = 0  # event lines accepted so far (MAX_EVENTS)
 
-    def read(self) -> list[Event]:
+    def read(self) -> list[SemanticEvent]:
         for first, body, complete in iter_blocks(self.path):
             if complete and body is not None and self._whole(body):
                 continue
-            if not self._block(first, split_block(body, complete), complete):
+            if not self._lines(first, split_block(body, complete), complete):
                 break
         if self.bad > MAX_WARNINGS:
             self.warnings.append(f"{self.bad} lines of {self.path.name} were skipped in all")
@@ -336,90 +292,69 @@ class _EventReader:
         self.events += events
         return True
 
-    def _block(self, first: int, lines: list[Optional[bytes]], complete: bool) -> bool:
-        """False when MAX_EVENTS is reached. The cut-short last line, and a chunk that could pass the cap, go
-        line by line: _slow words their warnings and stops at the cap."""
-        for i in range(0, len(lines), VALIDATE_CHUNK):
-            chunk = lines[i:i + VALIDATE_CHUNK]
-            nums = range(first + i, first + i + len(chunk))
-            if complete and self.taken + len(chunk) <= MAX_EVENTS:
-                self._chunk(nums, chunk)
-            elif not self._slow(nums, chunk, complete):
-                return False
-        return True
-
-    def _chunk(self, nums: range, lines: list[Optional[bytes]]) -> None:
-        """Whole lines, decoded as TraceEvents, or else parsed (orjson, as the line-by-line path) and validated
-        in one pydantic call, or else read line by line."""
-        try:
-            events = list(map(_decode, lines))  # one line each: a line with two objects or none is an error
-        except (msgspec.DecodeError, TypeError):  # TypeError: an over-long line (None)
-            pass
-        else:
-            self.taken += len(events)
-            self.events += events
-            return
-        try:
-            objs = list(map(orjson.loads, lines))
-        except orjson.JSONDecodeError:  # also an over-long line (None)
-            objs = None
-        if objs is None or set(map(type, objs)) != {dict}:
-            self._slow(nums, lines, True)
-            return
-        for obj in objs:
-            _check_schema(self.path, obj.get("schema"))
-        try:
-            valid = _EVENT_LIST.validate_python(objs)
-        except ValidationError:
-            self._slow(nums, lines, True)
-            return
-        self.taken += len(valid)
-        for n, ev in zip(nums, valid):
-            self._keep(n, ev)
-
-    def _slow(self, nums: range, lines: list[Optional[bytes]], complete: bool) -> bool:
-        """Line by line with a warning for each bad one, in line order; False when MAX_EVENTS is reached."""
-        path, warnings = self.path, self.warnings
-        for n, line in zip(nums, lines):
+    def _lines(self, first: int, lines: list[Optional[bytes]], complete: bool) -> bool:
+        """Line by line, in line order, each bad line worded in a warning; False when MAX_EVENTS is reached.
+        `complete`: False for a cut-short last line."""
+        path = self.path.name
+        for n, line in enumerate(lines, first):
             if line is None:
                 self.bad += 1
-                _warn(warnings, f"line {n} of {path.name} is over {MAX_LINE} bytes; skipped")
+                _warn(self.warnings, f"line {n} of {path} is over {MAX_LINE} bytes; skipped")
                 continue
+            ev: Optional[SemanticEvent] = None
+            obj: Optional[dict[str, Any]] = None
             try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                if not line.strip():
+                ev = _decode(line)  # one value per line: a line with two objects or none is an error
+            except msgspec.DecodeError:
+                obj = self._object(n, line, complete)
+                if obj is None:
                     continue
-                if not complete:
-                    _warn(warnings, f"the last line of {path.name} is cut short (the run was interrupted); ignored it")
-                else:
-                    self.bad += 1
-                    _warn(warnings, f"line {n} of {path.name} is not valid JSON; skipped it")
-                continue
-            if type(obj) is not dict:
-                self.bad += 1
-                _warn(warnings, f"line {n} of {path.name} is not a JSON object; skipped it")
-                continue
-            _check_schema(path, obj.get("schema"))
-            if self.taken >= MAX_EVENTS:
-                warnings.append(f"{path.name} holds more than {MAX_EVENTS} events; read the first {MAX_EVENTS}")
+            if self.taken >= MAX_EVENTS:  # an object that is no valid event counts too
+                self.warnings.append(f"{path} holds more than {MAX_EVENTS} events; read the first {MAX_EVENTS}")
                 return False
             self.taken += 1
-            try:
-                ev = SemanticEvent.model_validate(obj)
-            except ValidationError as e:
-                self.bad += 1
-                _warn(warnings, f"line {n} of {path.name} is not a valid event ({e.errors()[0]['msg']}); skipped it")
-                continue
-            self._keep(n, ev)
+            if obj is not None:
+                ev = self._validate(n, obj)
+            if ev is not None:
+                self.events.append(ev)
         return True
 
-    def _keep(self, n: int, ev: SemanticEvent) -> None:
-        if not 0 <= ev.step < MAX_INT:
+    def _object(self, n: int, line: bytes, complete: bool) -> Optional[dict[str, Any]]:
+        """The JSON object a line that is no event holds, to say what is wrong with it; None (with a warning
+        unless the line is blank) when it holds none. An event schema this neuraldbg does not know stops the
+        read."""
+        path = self.path.name
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            if not line.strip():
+                return None
+            if not complete:
+                _warn(self.warnings, f"the last line of {path} is cut short (the run was interrupted); ignored it")
+            else:
+                self.bad += 1
+                _warn(self.warnings, f"line {n} of {path} is not valid JSON; skipped it")
+            return None
+        if type(obj) is not dict:
             self.bad += 1
-            _warn(self.warnings, f"line {n} of {self.path.name} has step {str(ev.step)[:30]}, out of range; skipped it")
-            return
-        self.events.append(ev)
+            _warn(self.warnings, f"line {n} of {path} is not a JSON object; skipped it")
+            return None
+        _check_schema(self.path, obj.get("schema"))
+        return obj
+
+    def _validate(self, n: int, obj: dict[str, Any]) -> Optional[SemanticEvent]:
+        """The event, or None with msgspec's reason in a warning (a step beyond 64 bits said as such)."""
+        step = obj.get("step")
+        if type(step) is int and not 0 <= step <= MAX_STEP:
+            reason = f"has step {str(step)[:30]}, out of range"
+        else:
+            try:
+                return msgspec.convert(obj, SemanticEvent)
+            except msgspec.ValidationError as e:
+                reason = f"is not a valid event ({e})"
+        self.bad += 1
+        _warn(self.warnings, f"line {n} of {self.path.name} {reason}; skipped it")
+        return None
 
 
 def _check_schema(path: Path, schema: Any) -> None:

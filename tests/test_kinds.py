@@ -59,14 +59,20 @@ def test_learning_rate_is_read_from_the_run(observe):
     assert "lr=1e-06" in tips and "SGD" in tips
 
 
-def test_every_event_written_takes_the_fast_reader(observe):
-    """Every type, state and site the monitor writes is one TraceEvent knows (trace._TYPE, _STATE, _SITE):
-    real traces of every kind never fall back to the slower pydantic path."""
+def test_every_event_written_is_in_the_vocabulary(observe):
+    """Every type, state and site the monitor writes is one events.py names (EventType, the health states,
+    SITES), so that readers of the trace (the rules, the report, users' own scripts) can rely on that list."""
     from neuraldbg_cli import trace
+    from neuraldbg_cli.events import (RUN_STATES, SITES, ActState, DataState, EventType, GradState, LossState,
+                                      SemanticEvent, UpdateState)
 
+    states = {s.value for e in (GradState, ActState, LossState, DataState, UpdateState) for s in e} | set(RUN_STATES)
     seen = set()
     for script, _, _ in CASES:
         events = trace.read_run(observe(script).run_dir).events
-        assert events and all(type(e) is trace.TraceEvent for e in events), script
+        assert events and all(type(e) is SemanticEvent for e in events), script
+        assert {e.type for e in events} <= {t.value for t in EventType}, script
+        assert {e.from_ for e in events} | {e.to for e in events} <= states, script
+        assert {e.site for e in events} <= set(SITES), script
         seen |= {(e.type, e.site) for e in events}
     assert len({t for t, _ in seen}) >= 6 and len({s for _, s in seen}) >= 6, seen

@@ -97,7 +97,7 @@ def test_quiet_healthy_run_prints_one_verdict_line_and_the_trace_path(tmp_path):
 
 
 def _ev(site, old, new, **metrics):
-    return SemanticEvent(type="t", step=7, module="enc.0", site=site, to=new, metrics=metrics, **{"from": old})
+    return SemanticEvent(type="t", step=7, module="enc.0", site=site, to=new, metrics=metrics, from_=old)
 
 
 @pytest.mark.parametrize("event, shown, hidden", [

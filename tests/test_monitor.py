@@ -17,14 +17,14 @@ def act(**kw):
 
 
 def test_gradient_states():
-    assert classify_gradient(None, 1.0, 1.0, None, True, 5, TH) == "absent"
-    assert classify_gradient(0.0, 1.0, 1.0, None, True, 5, TH) == "absent"
-    assert classify_gradient(math.nan, 1.0, 1.0, None, True, 5, TH) == "non_finite"
-    assert classify_gradient(math.inf, 1.0, 1.0, None, True, 5, TH) == "non_finite"
-    assert classify_gradient(1e-9, 1.0, 1e-3, None, True, 5, TH) == "vanishing"
-    assert classify_gradient(1e-9, 1.0, 1e-3, None, True, 2, TH) == "healthy"  # too shallow to compare
-    assert classify_gradient(5.0, 5.0, 1.0, 1e-3, True, 5, TH) == "exploding"  # 5000x its own baseline
-    assert classify_gradient(0.01, 0.1, 0.01, 0.01, True, 5, TH) == "healthy"
+    assert classify_gradient(None, 1.0, None, True, 5, TH) == "absent"
+    assert classify_gradient(0.0, 1.0, None, True, 5, TH) == "absent"
+    assert classify_gradient(math.nan, 1.0, None, True, 5, TH) == "non_finite"
+    assert classify_gradient(math.inf, 1.0, None, True, 5, TH) == "non_finite"
+    assert classify_gradient(1e-9, 1.0, None, True, 5, TH) == "vanishing"
+    assert classify_gradient(1e-9, 1.0, None, True, 2, TH) == "healthy"  # too shallow to compare
+    assert classify_gradient(5.0, 5.0, 1e-3, True, 5, TH) == "exploding"  # 5000x its own baseline
+    assert classify_gradient(0.01, 0.1, 0.01, True, 5, TH) == "healthy"
 
 
 def test_activation_states():
@@ -59,7 +59,7 @@ def test_loss_states():
 
 
 def test_machine_debounce_and_onset():
-    m = Machine("healthy", need=3)
+    m = Machine("healthy", need=3, early=2)
     assert m.observe("vanishing", 5, {"a": 1}) == []
     assert m.observe("vanishing", 6, {}) == []
     assert m.observe("vanishing", 7, {}) == [("healthy", "vanishing", 5, {"a": 1})]  # onset step, onset metrics
@@ -67,7 +67,7 @@ def test_machine_debounce_and_onset():
 
 
 def test_machine_non_finite_is_immediate_and_keeps_the_buildup():
-    m = Machine("healthy", need=3)
+    m = Machine("healthy", need=3, early=2)
     m.observe("exploding", 3, {})
     out = m.observe("non_finite", 4, {})
     assert [(a, b, s) for a, b, s, _ in out] == [("healthy", "exploding", 3), ("exploding", "non_finite", 4)]

@@ -6,7 +6,7 @@ from neuraldbg_cli.rules import RULES, Context
 
 
 def ev(type_, step, module, frm, to, site, **metrics):
-    return SemanticEvent(type=type_, step=step, module=module, root="Net", **{"from": frm}, to=to, site=site,
+    return SemanticEvent(type=type_, step=step, module=module, root="Net", from_=frm, to=to, site=site,
                          metrics=metrics)
 
 
