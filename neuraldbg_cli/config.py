@@ -133,9 +133,9 @@ class Thresholds(BaseModel):
     anomalous_output_growth: float = Field(1e4, description="anomalous_growth for the model's last layer: logits "
                                            "start near 0 and grow 10-130x in healthy classifiers as they grow "
                                            "confident; blow-ups reach 1e3-1e6x and show in hidden layers too")
-    rank_stop_slack: int = Field(1, description="distributed: a rank that failed by itself while the others "
-                                 "stopped within this many steps of it (torchrun ended them) is its own failure, "
-                                 "not a desync")
+    rank_stop_slack: int = Field(1, description="distributed: a rank with no recorded end (killed or hung) that "
+                                 "the others outran by more than this many steps stopped reporting; within it, "
+                                 "ranks torchrun stopped together (one may be a step ahead) are not a desync")
     rank_grad_match: float = Field(1e-5, description="distributed: gradient norms of two ranks within this relative "
                                    "difference are the same (averaged across ranks: a data-parallel model whose "
                                    "weights must stay identical); the all-reduced gradient is the same tensor on "

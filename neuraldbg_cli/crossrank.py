@@ -94,6 +94,12 @@ def _replication(runs: list[RunData], th: Thresholds) -> Optional[str]:
     return "every rank's gradients are the same while their losses differ (data parallel)" if agree else None
 
 
+def _lockstep(runs: list[RunData], th: Thresholds) -> bool:
+    """Whether the ranks train in lockstep: DDP or FSDP, or gradients averaged by hand."""
+    wrappers = {w for run in runs for m in run.models.get("models", []) for w in m.get("wrappers", [])}
+    return bool(wrappers & (REPLICATING | SHARDING)) or _replication(runs, th) is not None
+
+
 def _close(a: Any, b: Any, tol: float) -> bool:
     return isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(a - b) <= tol * max(abs(a), abs(b), 1e-30)
 
@@ -169,21 +175,22 @@ def _step_time(run: RunData) -> Optional[float]:
 
 
 def desync(runs: list[RunData], th: Thresholds) -> Optional[Hypothesis]:
-    """Ranks of one job train in lockstep: they must end at the same step, and end alike. A rank that did
-    fewer steps, or finished cleanly while another did not (its partner left the collective: it failed or
-    hung), is a desync. A rank that failed on its own, with the others stopped by torchrun, is not: its own
-    error is the cause, not a disagreement."""
-    if len(runs) < 2:
+    """Ranks of a data-parallel or sharded job train in lockstep: they must end at the same step, and end
+    alike. A desync is a rank that left the lockstep without failing: it finished cleanly while another did
+    not or went on (its partner left the collective: a failed all-reduce, or a hang), or it stopped reporting
+    (no end recorded: killed or hung) while the others went on. Ranks that all failed or were stopped by
+    torchrun after one rank's own error are not: that error is the cause, not a disagreement. Ranks that
+    never synchronise (independent runs launched together) are never compared."""
+    if len(runs) < 2 or not _lockstep(runs, th):
         return None
     info = [(run.rank or 0, _steps(run), run.meta.get("exit_status"), _step_time(run)) for run in runs]
-    counts = {n for _, n, _, _ in info}
-    clean = [r for r, _, code, _ in info if code == 0]
-    unclean = [r for r, _, code, _ in info if code != 0]
-    if len(counts) == 1 and not (clean and unclean):
+    most = max(n for _, n, _, _ in info)
+    clean = [x for x in info if x[2] == 0]
+    left = [x for x in clean if len(clean) < len(info) or x[1] < most]  # finished while others did not/went on
+    left += [x for x in info if x[2] is None and most - x[1] > th.rank_stop_slack]  # stopped reporting
+    if not left:
         return None
-    short = min(info, key=lambda x: (x[1], x[0]))
-    if short[2] not in (0, None) and short[2] != 143 and max(counts) - short[1] <= th.rank_stop_slack:
-        return None  # the first to stop failed by itself; the others were stopped at about the same step
+    short = min(left, key=lambda x: (x[1], x[0]))
     rank, steps, code, _ = short
     ended = "finished" if code == 0 else "stopped reporting (killed or hung)" if code is None else f"exited with status {code}"
     others = [x for x in info if x[0] != rank]

@@ -250,3 +250,32 @@ def test_single_process_json_has_no_rank_fields(tmp_path):
     report = explain_json(run_dir)
     assert report["hypotheses"] and all("ranks" not in h and "rank" not in h["origin"] for h in report["hypotheses"])
     assert os.path.exists(run_dir / "events.jsonl")
+
+
+def _rank_run(rank: int, steps: int, code, wrappers=("DistributedDataParallel",)):
+    from neuraldbg_cli.trace import RunData
+
+    return RunData(dir=Path("."), meta={"steps_observed": steps, "exit_status": code}, events=[],
+                   models={"models": [{"wrappers": list(wrappers)}]}, rank=rank)
+
+
+@pytest.mark.parametrize("ranks,origin", [
+    ([(0, 31, 1), (1, 30, 0)], (1, 30)),     # rank 1 ran out of batches and left; rank 0's all-reduce failed
+    ([(0, 40, 0), (1, 30, 0)], (1, 30)),     # both finished, at different steps
+    ([(0, 40, 143), (1, 12, None)], (1, 12)),  # rank 1 stopped reporting (killed, hung) long before the end
+    ([(0, 10, 1), (1, 9, 143)], None),       # rank 0's own error; torchrun stopped rank 1 a step behind
+    ([(0, 6, 3), (1, 6, 143)], None),        # --stop-on ended rank 0; torchrun stopped rank 1
+    ([(0, 40, 0), (1, 40, 0)], None),        # healthy
+])
+def test_desync_is_a_rank_leaving_the_lockstep_without_failing(ranks, origin):
+    from neuraldbg_cli.config import Thresholds
+
+    h = crossrank.desync([_rank_run(*r) for r in ranks], Thresholds())
+    assert (h.origin.rank, h.origin.step) == origin if origin else h is None
+
+
+def test_independent_ranks_are_never_compared():
+    from neuraldbg_cli.config import Thresholds
+
+    runs = [_rank_run(0, 40, 0, ()), _rank_run(1, 30, 0, ())]  # no DDP/FSDP, no averaged gradients
+    assert crossrank.desync(runs, Thresholds()) is None and crossrank.divergence(runs, Thresholds()) is None
