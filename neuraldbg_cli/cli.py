@@ -1,18 +1,22 @@
 """Command line: a thin typer shell. The work lives in launch/reasoner/trace/renderers; this file maps
 NeuraldbgError to one stderr line and exit status 2."""
+
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
 from neuraldbg_cli import __version__
 from neuraldbg_cli.errors import ExitCode, NeuraldbgError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Run an unmodified PyTorch training script under observation and explain why training fails.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Run an unmodified PyTorch training script under observation and explain why training fails.",
+)
 
 RUN_HELP = """Run SCRIPT (or -m MODULE) exactly like python would, observed. Everything after SCRIPT goes to
 the script untouched. Exit status: the script's own when it fails, 3 when --fail-on matched, 2 on bad input."""
@@ -23,26 +27,41 @@ def _fail(e: NeuraldbgError) -> None:
     raise typer.Exit(int(ExitCode.USAGE)) from None
 
 
-@app.command(help=RUN_HELP, context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True,
-                                              "allow_extra_args": True})
+@app.command(
+    help=RUN_HELP,
+    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True, "allow_extra_args": True},
+)
 def run(
-    target: List[str] = typer.Argument(None, metavar="SCRIPT [ARGS]... | -m MODULE [ARGS]..."),
-    run_dir: Optional[str] = typer.Option(None, "--run-dir", help="where the trace goes [runs/<stamp>-<stem>]"),
-    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="comma-separated kinds or 'any': exit 3 if found"),
-    stop_on: Optional[str] = typer.Option(None, "--stop-on", help="comma-separated kinds or 'any': end the training "
-                                          "at the next step once one is confirmed, exit 3"),
-    min_confidence: Optional[float] = typer.Option(None, "--min-confidence", help="confidence for --fail-on and "
-                                                   "--stop-on [0.5]"),
-    every: Optional[int] = typer.Option(None, "--every", help="full statistics every N steps [10]"),
-    quiet: Optional[bool] = typer.Option(None, "--quiet", "-q", help="no live event lines (the verdict and trace path still print)"),
-    threshold: List[str] = typer.Option([], "--threshold", help="override a threshold: NAME=VALUE (repeatable)"),
+    target: list[str] = typer.Argument(None, metavar="SCRIPT [ARGS]... | -m MODULE [ARGS]..."),
+    run_dir: str | None = typer.Option(None, "--run-dir", help="where the trace goes [runs/<stamp>-<stem>]"),
+    fail_on: str | None = typer.Option(None, "--fail-on", help="comma-separated kinds or 'any': exit 3 if found"),
+    stop_on: str | None = typer.Option(
+        None,
+        "--stop-on",
+        help="comma-separated kinds or 'any': end the training at the next step once one is confirmed, exit 3",
+    ),
+    min_confidence: float | None = typer.Option(
+        None, "--min-confidence", help="confidence for --fail-on and --stop-on [0.5]"
+    ),
+    every: int | None = typer.Option(None, "--every", help="full statistics every N steps [10]"),
+    quiet: bool | None = typer.Option(
+        None, "--quiet", "-q", help="no live event lines (the verdict and trace path still print)"
+    ),
+    threshold: list[str] = typer.Option([], "--threshold", help="override a threshold: NAME=VALUE (repeatable)"),
 ) -> None:
     from neuraldbg_cli.config import Settings, parse_threshold_pairs
     from neuraldbg_cli.launch import start
 
     try:
-        cli = {"run_dir": run_dir, "fail_on": fail_on, "stop_on": stop_on, "min_confidence": min_confidence, "every": every,
-               "quiet": quiet, "thresholds": parse_threshold_pairs(threshold) if threshold else None}
+        cli = {
+            "run_dir": run_dir,
+            "fail_on": fail_on,
+            "stop_on": stop_on,
+            "min_confidence": min_confidence,
+            "every": every,
+            "quiet": quiet,
+            "thresholds": parse_threshold_pairs(threshold) if threshold else None,
+        }
         session = start(Settings.resolve(cli), list(target or []))
     except NeuraldbgError as e:
         _fail(e)
@@ -51,11 +70,13 @@ def run(
 
 @app.command()
 def explain(
-    run_dirs: List[Path] = typer.Argument(..., metavar="RUN_DIR...",
-                                          help="a run directory written by `neuraldbg run`; for a torchrun job "
-                                               "whose nodes wrote their own, all of them"),
+    run_dirs: list[Path] = typer.Argument(
+        ...,
+        metavar="RUN_DIR...",
+        help="a run directory written by `neuraldbg run`; for a torchrun job whose nodes wrote their own, all of them",
+    ),
     format: str = typer.Option("text", "--format", "-f", help="text | json | junit | github"),
-    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="comma-separated kinds or 'any': exit 3 if found"),
+    fail_on: str | None = typer.Option(None, "--fail-on", help="comma-separated kinds or 'any': exit 3 if found"),
     min_confidence: float = typer.Option(0.5, "--min-confidence", help="confidence that counts as found"),
 ) -> None:
     """Replay a run's trace through the reasoner: ranked causes, where and when they started, what to change."""
@@ -79,8 +100,8 @@ def explain(
 @app.command()
 def events(
     run_dir: Path = typer.Argument(..., help="a run directory written by `neuraldbg run`"),
-    type: Optional[str] = typer.Option(None, "--type", "-t", help="only events of this type (comma-separated)"),
-    module: Optional[str] = typer.Option(None, "--module", "-m", help="only this module and its submodules"),
+    type: str | None = typer.Option(None, "--type", "-t", help="only events of this type (comma-separated)"),
+    module: str | None = typer.Option(None, "--module", "-m", help="only this module and its submodules"),
     as_json: bool = typer.Option(False, "--json", help="print JSON lines instead of a table"),
 ) -> None:
     """Print the semantic events of a run (every rank's, of a torchrun job), filtered by type and module."""
@@ -107,14 +128,16 @@ def events(
             else:
                 metrics = " ".join(f"{k}={v:.4g}" for k, v in ev.metrics.items() if v is not None)
                 rank = "" if run_data.rank is None else f"r{run_data.rank} "
-                typer.echo(f"{rank}{ev.step:>7}  {ev.type:<27} {(ev.module or ev.site or '-'):<24} "
-                           f"{ev.from_} -> {ev.to}  {metrics}")
+                typer.echo(
+                    f"{rank}{ev.step:>7}  {ev.type:<27} {(ev.module or ev.site or '-'):<24} "
+                    f"{ev.from_} -> {ev.to}  {metrics}"
+                )
 
 
 @app.command()
 def report(
     run_dir: Path = typer.Argument(..., help="a run directory written by `neuraldbg run`"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="HTML file [RUN_DIR/report.html]"),
+    output: Path | None = typer.Option(None, "--output", "-o", help="HTML file [RUN_DIR/report.html]"),
 ) -> None:
     """Write a self-contained HTML report: the loss, per-layer heatmaps, each hypothesis linked to its evidence."""
     from neuraldbg_cli import reasoner
@@ -137,7 +160,7 @@ def report(
 @app.command()
 def export(
     run_dir: Path = typer.Argument(..., help="a run directory written by `neuraldbg run`"),
-    tensorboard: Optional[Path] = typer.Option(None, "--tensorboard", help="write TensorBoard event files here"),
+    tensorboard: Path | None = typer.Option(None, "--tensorboard", help="write TensorBoard event files here"),
 ) -> None:
     """Export a run's statistics (scalars), events and verdict (text) to TensorBoard, next to your own logs."""
     from neuraldbg_cli import reasoner

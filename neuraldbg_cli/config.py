@@ -1,12 +1,13 @@
 """Settings and thresholds, resolved once: command-line option > NEURALDBG_* env var > [tool.neuraldbg].
 
 Every threshold lives in `Thresholds` with the reason for its value, so tuning happens in one place."""
+
 from __future__ import annotations
 
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -23,130 +24,245 @@ class Thresholds(BaseModel):
     """Classifier thresholds. Gradient sizes are compared as RMS (norm / sqrt(numel)) so that they do
     not depend on layer width or batch size."""
 
-    debounce: int = Field(3, description="observations a new state must hold before an event "
-                          "(non-finite values are reported at once)")
-    debounce_early: int = Field(2, description="observations (at most debounce) after which a new state is "
-                                "reported although it did not hold for debounce, when something worse took over "
-                                "(exploding, then dead) or the run ended: it happened")
-    baseline_samples: int = Field(3, description="healthy observations of a site whose median is its baseline "
-                                  "(gradient RMS, output std, input mean and std), that growth and shifts are "
-                                  "measured against: the first few, so that one odd batch does not set it")
-    vanish_ratio: float = Field(1e-4, description="a layer whose gradient RMS is below this fraction of the "
-                                "largest layer's in the same model is vanishing: healthy nets stay within ~1e-2")
-    vanish_context_ratio: float = Field(1e-2, description="a layer repeated in a stack of blocks vanishes only "
-                                        "below this fraction of the same layer's gradient deeper in the stack: "
-                                        "healthy stacks keep repeats within ~3x, a vanishing one loses 5-10x per "
-                                        "block, and attention query/key, 1e-5 of the largest layer at "
-                                        "initialisation in every block, are small by design")
-    vanish_min_layers: int = Field(3, description="matrix layers with a gradient a model needs before one is "
-                                   "judged against the largest (vanish_ratio): in a model of 1-2 layers the ratio "
-                                   "tells nothing about depth")
+    debounce: int = Field(
+        3, description="observations a new state must hold before an event (non-finite values are reported at once)"
+    )
+    debounce_early: int = Field(
+        2,
+        description="observations (at most debounce) after which a new state is "
+        "reported although it did not hold for debounce, when something worse took over "
+        "(exploding, then dead) or the run ended: it happened",
+    )
+    baseline_samples: int = Field(
+        3,
+        description="healthy observations of a site whose median is its baseline "
+        "(gradient RMS, output std, input mean and std), that growth and shifts are "
+        "measured against: the first few, so that one odd batch does not set it",
+    )
+    vanish_ratio: float = Field(
+        1e-4,
+        description="a layer whose gradient RMS is below this fraction of the "
+        "largest layer's in the same model is vanishing: healthy nets stay within ~1e-2",
+    )
+    vanish_context_ratio: float = Field(
+        1e-2,
+        description="a layer repeated in a stack of blocks vanishes only "
+        "below this fraction of the same layer's gradient deeper in the stack: "
+        "healthy stacks keep repeats within ~3x, a vanishing one loses 5-10x per "
+        "block, and attention query/key, 1e-5 of the largest layer at "
+        "initialisation in every block, are small by design",
+    )
+    vanish_min_layers: int = Field(
+        3,
+        description="matrix layers with a gradient a model needs before one is "
+        "judged against the largest (vanish_ratio): in a model of 1-2 layers the ratio "
+        "tells nothing about depth",
+    )
     vanish_abs: float = Field(1e-10, description="gradient RMS this small is vanishing whatever the other layers do")
     explode_growth: float = Field(1e3, description="gradient RMS this many times its own early baseline is exploding")
-    explode_abs: float = Field(1e2, description="gradient RMS above this is exploding outright (healthy "
-                               "layers sit around 1e-4..1e-1)")
-    dead_frac: float = Field(0.7, description="fraction of units never active over a batch for a dead layer; "
-                             "healthy sparse ReLU nets have 50-70% zeros but few units dead on a whole batch")
-    dead_output_frac: float = Field(0.3, description="the same for the model's last layer (e.g. a ReLU on the "
-                                    "logits): an output unit that never fires is a class that can never win")
-    relu_zero_frac: float = Field(0.05, description="an output with no negative value and at least this fraction "
-                                  "of exact zeros is a ReLU's (units can die; not judged as saturated): a ReLU "
-                                  "layer zeroes about half its values, a sigmoid's output is never exactly 0")
-    saturated_frac: float = Field(0.6, description="fraction of a bounded activation's outputs pinned at its "
-                                  "rails (sigmoid <.02 or >.98, tanh |x|>.96) for a saturated layer")
+    explode_abs: float = Field(
+        1e2, description="gradient RMS above this is exploding outright (healthy layers sit around 1e-4..1e-1)"
+    )
+    dead_frac: float = Field(
+        0.7,
+        description="fraction of units never active over a batch for a dead layer; "
+        "healthy sparse ReLU nets have 50-70% zeros but few units dead on a whole batch",
+    )
+    dead_output_frac: float = Field(
+        0.3,
+        description="the same for the model's last layer (e.g. a ReLU on the "
+        "logits): an output unit that never fires is a class that can never win",
+    )
+    relu_zero_frac: float = Field(
+        0.05,
+        description="an output with no negative value and at least this fraction "
+        "of exact zeros is a ReLU's (units can die; not judged as saturated): a ReLU "
+        "layer zeroes about half its values, a sigmoid's output is never exactly 0",
+    )
+    saturated_frac: float = Field(
+        0.6,
+        description="fraction of a bounded activation's outputs pinned at its "
+        "rails (sigmoid <.02 or >.98, tanh |x|>.96) for a saturated layer",
+    )
     anomalous_growth: float = Field(1e2, description="activation std this many times its early baseline")
-    data_scale: float = Field(20.0, description="inputs with |mean| or std above this are not normalised "
-                              "(raw 0-255 pixels: mean 127, std 73)")
+    data_scale: float = Field(
+        20.0, description="inputs with |mean| or std above this are not normalised (raw 0-255 pixels: mean 127, std 73)"
+    )
     target_scale: float = Field(1e3, description="regression targets with |mean| or std above this")
     data_shift: float = Field(10.0, description="input std or mean moving this many baseline stds is a shift")
-    data_std_floor: float = Field(1e-6, description="the smallest baseline std a data shift is measured against: "
-                                  "a constant input (std 0) that starts to vary is a shift, float round-off is not")
-    loss_window: int = Field(10, description="losses per window when judging a loss oscillation (over the "
-                             "latest 2 windows); the reasoner reads it as the oscillation's dating slack")
-    plateau_improvement: float = Field(0.25, description="a loss whose recent median never got this fraction "
-                                       "below its start (significantly: plateau_sigma standard errors) never "
-                                       "learned: a stuck run often falls a little first (to predicting the mean "
-                                       "or the class frequencies: ~10% for a regression stuck at the target "
-                                       "variance); a learning run falls by more than half")
-    diverge_factor: float = Field(2.0, description="the loss level (rolling median) this many times its best, "
-                                  "and beyond loss_diverge_sigma noise widths, is diverging")
-    oscillation: float = Field(0.3, description="mean |step-to-step loss change| relative to the loss level, "
-                               "with frequent sign changes, for an oscillating loss")
-    lr_usual_span: float = Field(10.0, description="advice: an lr within this factor of its optimizer's usual "
-                                 "value (vocab.usual_lr) is in the usual range; only a plateau below that range "
-                                 "is told to raise it, and a lower lr jumps to the usual value from above it")
-    lr_lower_factor: float = Field(0.1, description="advice: a diverging/exploding/oscillating run inside the "
-                                   "usual range is told to try this fraction of its lr (one order of magnitude: "
-                                   "the smallest step that reliably changes a divergent run)")
-    weight_decay_shrink: float = Field(1e-3, description="weight decay whose per-step shrink lr*weight_decay is "
-                                       "at least this is large enough to collapse weights (AdamW at its usual "
-                                       "lr 1e-3, wd 0.1 shrinks 1e-4 per step)")
-    weight_decay_large: float = Field(1.0, description="a weight_decay at least this large is large whatever the "
-                                      "lr (Adam's L2 term then outweighs typical gradients of 1e-3..1e-1)")
-    blowup_std: float = Field(1e3, description="an anomalous activation (std up >= anomalous_growth x) is a "
-                              "blow-up, evidence of an explosion, only at or above this std: healthy layers and "
-                              "logits stay within ~1e2 (a warm-up classifier's logits grow 100x from ~0.07 to 7)")
-    diverge_early_factor: float = Field(10.0, description="before the loss's noise is known (fewer than "
-                                        "loss_noise_min steps), a level this many times its best is diverging: "
-                                        "no healthy first steps multiply the loss by 10")
-    loss_level_window: int = Field(3, description="losses in the rolling median that is the loss level (and in "
-                                   "the start level): one batch's spike does not move it")
-    loss_noise_window: int = Field(50, description="latest step-to-step loss differences whose MAD is the "
-                                   "loss's own noise")
+    data_std_floor: float = Field(
+        1e-6,
+        description="the smallest baseline std a data shift is measured against: "
+        "a constant input (std 0) that starts to vary is a shift, float round-off is not",
+    )
+    loss_window: int = Field(
+        10,
+        description="losses per window when judging a loss oscillation (over the "
+        "latest 2 windows); the reasoner reads it as the oscillation's dating slack",
+    )
+    plateau_improvement: float = Field(
+        0.25,
+        description="a loss whose recent median never got this fraction "
+        "below its start (significantly: plateau_sigma standard errors) never "
+        "learned: a stuck run often falls a little first (to predicting the mean "
+        "or the class frequencies: ~10% for a regression stuck at the target "
+        "variance); a learning run falls by more than half",
+    )
+    diverge_factor: float = Field(
+        2.0,
+        description="the loss level (rolling median) this many times its best, "
+        "and beyond loss_diverge_sigma noise widths, is diverging",
+    )
+    oscillation: float = Field(
+        0.3,
+        description="mean |step-to-step loss change| relative to the loss level, "
+        "with frequent sign changes, for an oscillating loss",
+    )
+    lr_usual_span: float = Field(
+        10.0,
+        description="advice: an lr within this factor of its optimizer's usual "
+        "value (vocab.usual_lr) is in the usual range; only a plateau below that range "
+        "is told to raise it, and a lower lr jumps to the usual value from above it",
+    )
+    lr_lower_factor: float = Field(
+        0.1,
+        description="advice: a diverging/exploding/oscillating run inside the "
+        "usual range is told to try this fraction of its lr (one order of magnitude: "
+        "the smallest step that reliably changes a divergent run)",
+    )
+    weight_decay_shrink: float = Field(
+        1e-3,
+        description="weight decay whose per-step shrink lr*weight_decay is "
+        "at least this is large enough to collapse weights (AdamW at its usual "
+        "lr 1e-3, wd 0.1 shrinks 1e-4 per step)",
+    )
+    weight_decay_large: float = Field(
+        1.0,
+        description="a weight_decay at least this large is large whatever the "
+        "lr (Adam's L2 term then outweighs typical gradients of 1e-3..1e-1)",
+    )
+    blowup_std: float = Field(
+        1e3,
+        description="an anomalous activation (std up >= anomalous_growth x) is a "
+        "blow-up, evidence of an explosion, only at or above this std: healthy layers and "
+        "logits stay within ~1e2 (a warm-up classifier's logits grow 100x from ~0.07 to 7)",
+    )
+    diverge_early_factor: float = Field(
+        10.0,
+        description="before the loss's noise is known (fewer than "
+        "loss_noise_min steps), a level this many times its best is diverging: "
+        "no healthy first steps multiply the loss by 10",
+    )
+    loss_level_window: int = Field(
+        3,
+        description="losses in the rolling median that is the loss level (and in "
+        "the start level): one batch's spike does not move it",
+    )
+    loss_noise_window: int = Field(
+        50, description="latest step-to-step loss differences whose MAD is the loss's own noise"
+    )
     loss_noise_min: int = Field(8, description="differences needed before the noise estimate is trusted")
-    loss_diverge_sigma: float = Field(6.0, description="a rise above the best level must also exceed this many "
-                                      "noise widths: the best of many rolling medians sits ~3 widths below the "
-                                      "typical level, so a stationary noisy loss stays within ~4")
-    loss_cusum_k: float = Field(2.0, description="CUSUM allowance in noise widths above the best level: the "
-                                "change-point sum only grows once the loss is clearly above its best, so a "
-                                "rise is dated where it began")
-    plateau_min_losses: int = Field(40, description="losses before a never-improving loss is a plateau: a short "
-                                    "flat stretch (warm-up, the first epoch) is not one")
-    plateau_sigma: float = Field(3.0, description="an improvement (start level - recent median) within this "
-                                 "many standard errors of that difference is not one (chance: ~0.1%)")
-    plateau_max_noise: float = Field(0.12, description="a flat loss whose relative step-to-step noise is above "
-                                     "this is at its noise floor (a converged model being fine-tuned: 0.14-0.18 "
-                                     "measured), not stuck: losses stuck at chance vary by 1-4%, a regression "
-                                     "stuck at the target variance by ~9% (batch 64)")
-    update_oversized: float = Field(0.15, description="per-step update-to-weight norm ratio above this (with "
-                                    "the weights not shrinking) is oversized: healthy ~1e-3; measured maxima: "
-                                    "Adam lr 1e-3 0.02-0.04, SGD lr 0.1 momentum 0.9 0.05, Adam lr 1e-2 0.19 on "
-                                    "its first step only; an MLP at SGD lr 10: 0.2-1.0")
-    weight_collapse_frac: float = Field(0.05, description="a weight norm below this fraction of its first sample, "
-                                        "and still falling, is collapsing (healthy training and usual weight "
-                                        "decay change weight norms by small factors)")
-    weights_majority: float = Field(0.5, description="fraction of a model's matrix layers that must show an "
-                                    "oversized update (or a collapse) for a model-wide cause such as the lr")
-    oscillation_high: float = Field(3.0, description="a loss that has not learned oscillates only when its swings "
-                                    "reach this many times its start level: a loss at its noise floor from the "
-                                    "start (fine-tuning; ~30% batch noise) swings ~1.5-2x")
-    learned_factor: float = Field(2.0, description="a loss level this factor below its start has learned; an "
-                                  "oscillation is either a loss that has not learned swinging high, or one that "
-                                  "learned jumping back above its start (healthy runs fall by more than half)")
-    oscillation_flips: float = Field(0.4, description="fraction of consecutive loss changes that reverse direction, "
-                                     "for an oscillation of a loss that has not learned: swings reverse on most "
-                                     "steps (pure noise: 2/3), a trend with noise on top far less often")
-    oscillation_flips_learned: float = Field(0.3, description="the same for a loss that learned and keeps jumping "
-                                             "back above its start: the jumps are evidence already")
-    oscillation_jumps: int = Field(2, description="losses of the window above the start level, after it learned, "
-                                   "for that second kind of oscillation (one is a spike)")
-    anomalous_output_growth: float = Field(1e4, description="anomalous_growth for the model's last layer: logits "
-                                           "start near 0 and grow 10-130x in healthy classifiers as they grow "
-                                           "confident; blow-ups reach 1e3-1e6x and show in hidden layers too")
-    rank_stop_slack: int = Field(1, description="distributed: a rank with no recorded end (killed or hung) that "
-                                 "the others outran by more than this many steps stopped reporting; within it, "
-                                 "ranks torchrun stopped together (one may be a step ahead) are not a desync")
-    rank_grad_match: float = Field(1e-5, description="distributed: gradient norms of two ranks within this relative "
-                                   "difference are the same (averaged across ranks: a data-parallel model whose "
-                                   "weights must stay identical); the all-reduced gradient is the same tensor on "
-                                   "every rank, while two data shards' own gradients differ by percents")
+    loss_diverge_sigma: float = Field(
+        6.0,
+        description="a rise above the best level must also exceed this many "
+        "noise widths: the best of many rolling medians sits ~3 widths below the "
+        "typical level, so a stationary noisy loss stays within ~4",
+    )
+    loss_cusum_k: float = Field(
+        2.0,
+        description="CUSUM allowance in noise widths above the best level: the "
+        "change-point sum only grows once the loss is clearly above its best, so a "
+        "rise is dated where it began",
+    )
+    plateau_min_losses: int = Field(
+        40,
+        description="losses before a never-improving loss is a plateau: a short "
+        "flat stretch (warm-up, the first epoch) is not one",
+    )
+    plateau_sigma: float = Field(
+        3.0,
+        description="an improvement (start level - recent median) within this "
+        "many standard errors of that difference is not one (chance: ~0.1%)",
+    )
+    plateau_max_noise: float = Field(
+        0.12,
+        description="a flat loss whose relative step-to-step noise is above "
+        "this is at its noise floor (a converged model being fine-tuned: 0.14-0.18 "
+        "measured), not stuck: losses stuck at chance vary by 1-4%, a regression "
+        "stuck at the target variance by ~9% (batch 64)",
+    )
+    update_oversized: float = Field(
+        0.15,
+        description="per-step update-to-weight norm ratio above this (with "
+        "the weights not shrinking) is oversized: healthy ~1e-3; measured maxima: "
+        "Adam lr 1e-3 0.02-0.04, SGD lr 0.1 momentum 0.9 0.05, Adam lr 1e-2 0.19 on "
+        "its first step only; an MLP at SGD lr 10: 0.2-1.0",
+    )
+    weight_collapse_frac: float = Field(
+        0.05,
+        description="a weight norm below this fraction of its first sample, "
+        "and still falling, is collapsing (healthy training and usual weight "
+        "decay change weight norms by small factors)",
+    )
+    weights_majority: float = Field(
+        0.5,
+        description="fraction of a model's matrix layers that must show an "
+        "oversized update (or a collapse) for a model-wide cause such as the lr",
+    )
+    oscillation_high: float = Field(
+        3.0,
+        description="a loss that has not learned oscillates only when its swings "
+        "reach this many times its start level: a loss at its noise floor from the "
+        "start (fine-tuning; ~30% batch noise) swings ~1.5-2x",
+    )
+    learned_factor: float = Field(
+        2.0,
+        description="a loss level this factor below its start has learned; an "
+        "oscillation is either a loss that has not learned swinging high, or one that "
+        "learned jumping back above its start (healthy runs fall by more than half)",
+    )
+    oscillation_flips: float = Field(
+        0.4,
+        description="fraction of consecutive loss changes that reverse direction, "
+        "for an oscillation of a loss that has not learned: swings reverse on most "
+        "steps (pure noise: 2/3), a trend with noise on top far less often",
+    )
+    oscillation_flips_learned: float = Field(
+        0.3,
+        description="the same for a loss that learned and keeps jumping "
+        "back above its start: the jumps are evidence already",
+    )
+    oscillation_jumps: int = Field(
+        2,
+        description="losses of the window above the start level, after it learned, "
+        "for that second kind of oscillation (one is a spike)",
+    )
+    anomalous_output_growth: float = Field(
+        1e4,
+        description="anomalous_growth for the model's last layer: logits "
+        "start near 0 and grow 10-130x in healthy classifiers as they grow "
+        "confident; blow-ups reach 1e3-1e6x and show in hidden layers too",
+    )
+    rank_stop_slack: int = Field(
+        1,
+        description="distributed: a rank with no recorded end (killed or hung) that "
+        "the others outran by more than this many steps stopped reporting; within it, "
+        "ranks torchrun stopped together (one may be a step ahead) are not a desync",
+    )
+    rank_grad_match: float = Field(
+        1e-5,
+        description="distributed: gradient norms of two ranks within this relative "
+        "difference are the same (averaged across ranks: a data-parallel model whose "
+        "weights must stay identical); the all-reduced gradient is the same tensor on "
+        "every rank, while two data shards' own gradients differ by percents",
+    )
 
 
 KNOWN_KINDS = {k.value for k in Kind}
 
 
 class Settings(BaseModel):
-    run_dir: Optional[str] = None
+    run_dir: str | None = None
     fail_on: list[str] = Field(default_factory=list)
     stop_on: list[str] = Field(default_factory=list)  # end the training once one of these is confirmed
     min_confidence: float = 0.5
@@ -155,7 +271,7 @@ class Settings(BaseModel):
     thresholds: Thresholds = Field(default_factory=Thresholds)
 
     @classmethod
-    def resolve(cls, cli: dict[str, Any], cwd: Path | None = None) -> "Settings":
+    def resolve(cls, cli: dict[str, Any], cwd: Path | None = None) -> Settings:
         """Merge pyproject, environment and command line (later wins) and validate once."""
         merged: dict[str, Any] = {}
         merged.update(_from_pyproject(cwd or Path.cwd()))
@@ -179,8 +295,9 @@ def parse_fail_on(text: str, option: str = "--fail-on") -> list[str]:
     kinds = [k.strip() for k in text.split(",") if k.strip()]
     bad = [k for k in kinds if k != "any" and k not in KNOWN_KINDS]
     if bad:
-        raise NeuraldbgError(f"neuraldbg: unknown kind {bad[0]!r} for {option}; "
-                             f"use 'any' or one of: {', '.join(sorted(KNOWN_KINDS))}")
+        raise NeuraldbgError(
+            f"neuraldbg: unknown kind {bad[0]!r} for {option}; use 'any' or one of: {', '.join(sorted(KNOWN_KINDS))}"
+        )
     return kinds
 
 
@@ -190,8 +307,10 @@ def parse_threshold_pairs(pairs: list[str]) -> dict[str, str]:
         key, sep, value = pair.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or key not in Thresholds.model_fields:
-            raise NeuraldbgError(f"neuraldbg: bad --threshold {pair!r}; use NAME=VALUE with NAME one of: "
-                                 f"{', '.join(Thresholds.model_fields)}")
+            raise NeuraldbgError(
+                f"neuraldbg: bad --threshold {pair!r}; use NAME=VALUE with NAME one of: "
+                f"{', '.join(Thresholds.model_fields)}"
+            )
         out[key] = value.strip()
     return out
 

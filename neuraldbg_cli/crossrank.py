@@ -3,10 +3,11 @@
 and two failures that only exist across ranks are judged from the statistics every rank wrote:
 `rank_divergence` (weight checksums of replicas that should be identical differ) and `rank_desync` (ranks
 disagree on how far they trained, or one stopped while the others went on)."""
+
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import Hypothesis, Kind, Origin
@@ -30,7 +31,7 @@ def merge(found: list[tuple[int, list[Hypothesis]]], presence: float) -> list[Hy
         for pos, h in enumerate(hyps):
             by_kind.setdefault(h.kind, []).append((rank, pos, h))
     merged: list[tuple[int, float, Hypothesis]] = []
-    for kind, items in by_kind.items():
+    for items in by_kind.values():
         rank, _, first = min(items, key=lambda x: (_step(x[2]), _flow(x[2]), x[0]))
         h = first.model_copy(deep=True)
         h.confidence = max(x[2].confidence for x in items)
@@ -61,8 +62,10 @@ def _step(h: Hypothesis) -> int:
 def _flow(h: Hypothesis) -> int:
     """How early in its onset step the hypothesis's first evidence of that step lies (forward, then loss,
     gradients, weights); an onset without such evidence sorts in the middle."""
-    site = next((e.get("site") for e in h.evidence if isinstance(e, dict) and e.get("step") == h.origin.step
-                 and e.get("site")), None)
+    site = next(
+        (e.get("site") for e in h.evidence if isinstance(e, dict) and e.get("step") == h.origin.step and e.get("site")),
+        None,
+    )
     return _FLOW.get(site, 2)
 
 
@@ -72,7 +75,8 @@ def _list(ranks: list[int]) -> str:
 
 # ---------------------------------------------------------------- rank_divergence
 
-def _replication(runs: list[RunData], th: Thresholds) -> Optional[str]:
+
+def _replication(runs: list[RunData], th: Thresholds) -> str | None:
     """Why the ranks' weights must be identical, or None when nothing says so: a DDP wrapper; or, without
     one, gradients that agree across ranks while their losses differ (averaged by hand: data parallel)."""
     wrappers = {w for run in runs for m in run.models.get("models", []) for w in m.get("wrappers", [])}
@@ -101,10 +105,12 @@ def _lockstep(runs: list[RunData], th: Thresholds) -> bool:
 
 
 def _close(a: Any, b: Any, tol: float) -> bool:
-    return isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(a - b) <= tol * max(abs(a), abs(b), 1e-30)
+    return (
+        isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(a - b) <= tol * max(abs(a), abs(b), 1e-30)
+    )
 
 
-def divergence(runs: list[RunData], th: Thresholds) -> Optional[Hypothesis]:
+def divergence(runs: list[RunData], th: Thresholds) -> Hypothesis | None:
     """The first sampled step at which replicas' weight checksums differ, the modules that differ there (in
     forward order) and the ranks whose weights left rank 0's. The checksums were computed anyway (they tell
     an unchanged weight): the comparison costs the training nothing, it happens here."""
@@ -128,20 +134,40 @@ def divergence(runs: list[RunData], th: Thresholds) -> Optional[Hypothesis]:
         root, module = differ[0].split("|", 1) if "|" in differ[0] else (None, differ[0])
         names = [k.split("|", 1)[-1] for k in differ]
         since = f"between step {last_same} and step {step}" if last_same is not None else f"by step {step}"
-        summary = (f"The data-parallel replicas are no longer the same model: {why}, yet {_who(off)} weights "
-                   f"of {module}{f' and {len(names) - 1} more modules' if len(names) > 1 else ''} differ from rank "
-                   f"{runs[0].rank}'s {since}. Something changed weights outside the synchronised optimizer step "
-                   f"on some ranks only, so each rank now trains a different model.")
-        evidence = [{"type": "rank_comparison", "step": step, "module": n, "from": "identical", "to": "different",
-                     "ranks": off, "last_identical_step": last_same} for n in names[:5]]
-        tips = ["Change weights only through the optimizer step, identically on every rank: a weight edited "
-                "under torch.no_grad() or loaded on one rank (an `if rank == 0:` block) is not synchronised by DDP",
-                "After changing weights outside training (a checkpoint, a re-initialisation), broadcast them from "
-                "rank 0 (torch.distributed.broadcast) before training goes on"]
-        return Hypothesis(kind=Kind.rank_divergence, confidence=0.9 if "wrapped" in why else 0.75,
-                          origin=Origin(module=module, step=step, root=root, rank=min(off)), summary=summary,
-                          evidence=evidence, propagation=names[:10], suggestions=tips,
-                          ranks=sorted({runs[0].rank or 0, *off}))
+        summary = (
+            f"The data-parallel replicas are no longer the same model: {why}, yet {_who(off)} weights "
+            f"of {module}{f' and {len(names) - 1} more modules' if len(names) > 1 else ''} differ from rank "
+            f"{runs[0].rank}'s {since}. Something changed weights outside the synchronised optimizer step "
+            f"on some ranks only, so each rank now trains a different model."
+        )
+        evidence = [
+            {
+                "type": "rank_comparison",
+                "step": step,
+                "module": n,
+                "from": "identical",
+                "to": "different",
+                "ranks": off,
+                "last_identical_step": last_same,
+            }
+            for n in names[:5]
+        ]
+        tips = [
+            "Change weights only through the optimizer step, identically on every rank: a weight edited "
+            "under torch.no_grad() or loaded on one rank (an `if rank == 0:` block) is not synchronised by DDP",
+            "After changing weights outside training (a checkpoint, a re-initialisation), broadcast them from "
+            "rank 0 (torch.distributed.broadcast) before training goes on",
+        ]
+        return Hypothesis(
+            kind=Kind.rank_divergence,
+            confidence=0.9 if "wrapped" in why else 0.75,
+            origin=Origin(module=module, step=step, root=root, rank=min(off)),
+            summary=summary,
+            evidence=evidence,
+            propagation=names[:10],
+            suggestions=tips,
+            ranks=sorted({runs[0].rank or 0, *off}),
+        )
     return None
 
 
@@ -159,6 +185,7 @@ def _who(ranks: list[int]) -> str:
 
 # ---------------------------------------------------------------- rank_desync
 
+
 def _steps(run: RunData) -> int:
     n = run.meta.get("steps_observed")
     if isinstance(n, int):
@@ -167,14 +194,14 @@ def _steps(run: RunData) -> int:
     return last + 1
 
 
-def _step_time(run: RunData) -> Optional[float]:
+def _step_time(run: RunData) -> float | None:
     """Median seconds per step, from consecutive rows' close times."""
     rows = [(r["step"], r["t"]) for r in run.stats if isinstance(r.get("t"), (int, float))]
     gaps = [(t1 - t0) / (s1 - s0) for (s0, t0), (s1, t1) in zip(rows, rows[1:]) if s1 > s0]
     return statistics.median(gaps) if gaps else None
 
 
-def desync(runs: list[RunData], th: Thresholds) -> Optional[Hypothesis]:
+def desync(runs: list[RunData], th: Thresholds) -> Hypothesis | None:
     """Ranks of a data-parallel or sharded job train in lockstep: they must end at the same step, and end
     alike. A desync is a rank that left the lockstep without failing: it finished cleanly while another did
     not or went on (its partner left the collective: a failed all-reduce, or a hang), or it stopped reporting
@@ -192,23 +219,51 @@ def desync(runs: list[RunData], th: Thresholds) -> Optional[Hypothesis]:
         return None
     short = min(left, key=lambda x: (x[1], x[0]))
     rank, steps, code, _ = short
-    ended = "finished" if code == 0 else "stopped reporting (killed or hung)" if code is None else f"exited with status {code}"
+    ended = (
+        "finished"
+        if code == 0
+        else "stopped reporting (killed or hung)"
+        if code is None
+        else f"exited with status {code}"
+    )
     others = [x for x in info if x[0] != rank]
-    went = ", ".join(f"rank {r} {'went on to' if n > steps else 'reached'} {n} steps"
-                     f"{'' if c == 0 else ' and never finished' if c is None else f' and exited with status {c}'}"
-                     for r, n, c, _ in others)
-    summary = (f"The ranks fell out of step: rank {rank} {ended} after {steps} steps while {went}. Data-parallel "
-               "ranks must take the same number of steps; a rank that runs out of batches first leaves the others "
-               "waiting in a collective that never completes (a hang, or a failed all-reduce).")
-    evidence = [{"type": "rank_progress", "step": n, "module": None, "from": "in_step", "to":
-                 "finished" if c == 0 else "failed" if c else "stopped", "rank": r, "exit_status": c,
-                 **({"step_time_s": round(t, 4)} if t is not None else {})} for r, n, c, t in info]
-    tips = ["Give every rank the same number of batches: a DistributedSampler (drop_last=True, or the padding "
-            "it does by default) instead of a hand-made split of the data",
-            "For inputs that are uneven on purpose, wrap the loop in DDP's join() context manager "
-            "(torch.distributed.algorithms.Join)",
-            "If a rank hung, torchrun's error report and that rank's own output tell where; "
-            "TORCH_DISTRIBUTED_DEBUG=DETAIL names the collective"]
-    return Hypothesis(kind=Kind.rank_desync, confidence=0.85 if code in (0, None) else 0.6,
-                      origin=Origin(step=steps, rank=rank), summary=summary, evidence=evidence, suggestions=tips,
-                      ranks=sorted(r for r, _, _, _ in info))
+    went = ", ".join(
+        f"rank {r} {'went on to' if n > steps else 'reached'} {n} steps"
+        f"{'' if c == 0 else ' and never finished' if c is None else f' and exited with status {c}'}"
+        for r, n, c, _ in others
+    )
+    summary = (
+        f"The ranks fell out of step: rank {rank} {ended} after {steps} steps while {went}. Data-parallel "
+        "ranks must take the same number of steps; a rank that runs out of batches first leaves the others "
+        "waiting in a collective that never completes (a hang, or a failed all-reduce)."
+    )
+    evidence = [
+        {
+            "type": "rank_progress",
+            "step": n,
+            "module": None,
+            "from": "in_step",
+            "to": "finished" if c == 0 else "failed" if c else "stopped",
+            "rank": r,
+            "exit_status": c,
+            **({"step_time_s": round(t, 4)} if t is not None else {}),
+        }
+        for r, n, c, t in info
+    ]
+    tips = [
+        "Give every rank the same number of batches: a DistributedSampler (drop_last=True, or the padding "
+        "it does by default) instead of a hand-made split of the data",
+        "For inputs that are uneven on purpose, wrap the loop in DDP's join() context manager "
+        "(torch.distributed.algorithms.Join)",
+        "If a rank hung, torchrun's error report and that rank's own output tell where; "
+        "TORCH_DISTRIBUTED_DEBUG=DETAIL names the collective",
+    ]
+    return Hypothesis(
+        kind=Kind.rank_desync,
+        confidence=0.85 if code in (0, None) else 0.6,
+        origin=Origin(step=steps, rank=rank),
+        summary=summary,
+        evidence=evidence,
+        suggestions=tips,
+        ranks=sorted(r for r, _, _, _ in info),
+    )

@@ -2,6 +2,7 @@
 torchrun so that every rank it spawns runs under neuraldbg. Torch-free and coordination-free: every rank
 derives the same answers from what torchrun puts in its environment, and the run directory is claimed with
 an exclusive create, so ranks never wait on each other or on the network."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -10,7 +11,6 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from neuraldbg_cli.errors import NeuraldbgError
 
@@ -30,7 +30,7 @@ class RankInfo:
         return f"[rank {self.rank}] "
 
 
-def rank_info(env: Optional[dict[str, str]] = None) -> Optional[RankInfo]:
+def rank_info(env: dict[str, str] | None = None) -> RankInfo | None:
     """This process's place in a torchrun job (RANK / WORLD_SIZE / ...), None outside one or with one rank."""
     env = os.environ if env is None else env
     try:
@@ -41,8 +41,10 @@ def rank_info(env: Optional[dict[str, str]] = None) -> Optional[RankInfo]:
         return None
     # torchrun's rendezvous hands every node the same run id, master address and port; the restart count
     # tells a restarted attempt (a fresh set of traces) from the first
-    parts = [env.get(k, "") for k in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT",
-                                      "TORCHELASTIC_RESTART_COUNT", "WORLD_SIZE")]
+    parts = [
+        env.get(k, "")
+        for k in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "WORLD_SIZE")
+    ]
     if not any(parts[:3]):  # not torchrun (a hand-set RANK): the launcher process stands for the job
         parts.append(str(os.getppid()))
     job = hashlib.sha1("\0".join(parts).encode()).hexdigest()[:12]
@@ -59,8 +61,9 @@ def job_start() -> dt.datetime:
     try:
         fields = Path(f"/proc/{os.getppid()}/stat").read_text().rsplit(")", 1)[1].split()
         ticks = int(fields[19])  # starttime: clock ticks after boot (field 22 of proc(5))
-        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
+        boot = next(
+            int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime ")
+        )
         return dt.datetime.fromtimestamp(boot + ticks / os.sysconf("SC_CLK_TCK"))
     except (OSError, ValueError, IndexError, StopIteration):
         return dt.datetime.now()
@@ -99,7 +102,8 @@ def shared_run_dir(base: Path, info: RankInfo, explicit: bool) -> Path:
 
 # ---------------------------------------------------------------- launching torchrun under neuraldbg
 
-def is_launcher(mode: str, path: Optional[Path], argv: list[str]) -> bool:
+
+def is_launcher(mode: str, path: Path | None, argv: list[str]) -> bool:
     """`neuraldbg run -m torch.distributed.run ...` or `neuraldbg run $(which torchrun) ...`."""
     if mode == "module":
         return argv[0] in LAUNCHERS
@@ -114,12 +118,16 @@ def parse_launch(argv: list[str]) -> tuple[list[str], bool, str, list[str]]:
     try:
         parsed = get_args_parser().parse_args(opts)
     except SystemExit:
-        raise NeuraldbgError("neuraldbg: torchrun could not parse its options (run it without neuraldbg to see why)") from None
+        raise NeuraldbgError(
+            "neuraldbg: torchrun could not parse its options (run it without neuraldbg to see why)"
+        ) from None
     if parsed.no_python:
-        raise NeuraldbgError("neuraldbg: with --no-python, start neuraldbg from torchrun instead: "
-                             "torchrun [OPTIONS] --no-python neuraldbg run SCRIPT [ARGS]")
+        raise NeuraldbgError(
+            "neuraldbg: with --no-python, start neuraldbg from torchrun instead: "
+            "torchrun [OPTIONS] --no-python neuraldbg run SCRIPT [ARGS]"
+        )
     tail = 1 + len(parsed.training_script_args)
-    head = [o for o in opts[:len(opts) - tail] if o not in ("-m", "--module")]
+    head = [o for o in opts[: len(opts) - tail] if o not in ("-m", "--module")]
     return head, bool(parsed.module), parsed.training_script, list(parsed.training_script_args)
 
 
@@ -127,8 +135,19 @@ def launcher_argv(argv: list[str]) -> list[str]:
     """torchrun's argv with each rank's command turned into `python -m neuraldbg_cli run SCRIPT ARGS` (through
     torchrun's --no-python), so every rank it spawns is observed; settings_env() tells them the rest."""
     head, module, script, args = parse_launch(argv)
-    return ["torchrun", *head, "--no-python", sys.executable, "-m", "neuraldbg_cli", "run",
-            *(["-m"] if module else []), script, *args]
+    return [
+        "torchrun",
+        *head,
+        "--no-python",
+        sys.executable,
+        "-m",
+        "neuraldbg_cli",
+        "run",
+        *(["-m"] if module else []),
+        script,
+        *args,
+    ]
+
 
 FIRST_FILE = ".first-problem"  # the rank that creates it saw the job's first problem: only it speaks of it
 
@@ -145,9 +164,13 @@ def claim_first(run_dir: Path) -> bool:
 def settings_env(settings: dict, run_dir: Path) -> dict[str, str]:
     """NEURALDBG_* variables that give every rank the launching neuraldbg's resolved settings (they outrank a
     pyproject.toml, as the options did). --fail-on is not passed: the launcher decides on the merged verdict."""
-    env = {"NEURALDBG_RUN_DIR": str(run_dir), "NEURALDBG_EVERY": str(settings["every"]),
-           "NEURALDBG_MIN_CONFIDENCE": str(settings["min_confidence"]),
-           "NEURALDBG_QUIET": "1" if settings["quiet"] else "0", LAUNCHED: "1"}
+    env = {
+        "NEURALDBG_RUN_DIR": str(run_dir),
+        "NEURALDBG_EVERY": str(settings["every"]),
+        "NEURALDBG_MIN_CONFIDENCE": str(settings["min_confidence"]),
+        "NEURALDBG_QUIET": "1" if settings["quiet"] else "0",
+        LAUNCHED: "1",
+    }
     thresholds = settings.get("thresholds") or {}
     if thresholds:
         env["NEURALDBG_THRESHOLDS"] = ",".join(f"{k}={v}" for k, v in thresholds.items())

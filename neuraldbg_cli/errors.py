@@ -1,4 +1,5 @@
 """One exception for everything the user did wrong, and the exit codes of the contract."""
+
 from enum import IntEnum
 
 

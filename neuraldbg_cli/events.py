@@ -1,10 +1,11 @@
 """Records that cross stages: per-step statistics (probes -> monitor), SemanticEvent (monitor -> trace ->
 reasoner), Hypothesis/Report (reasoner -> renderers). No torch here: the reasoner must run without it."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal
 
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field
@@ -101,12 +102,12 @@ class SemanticEvent(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     schema_: Literal[EVENT_SCHEMA] = msgspec.field(default=EVENT_SCHEMA, name="schema")
     type: str
     step: Annotated[int, msgspec.Meta(ge=0, le=MAX_STEP)]
-    module: Optional[str] = None
-    root: Optional[str] = None
+    module: str | None = None
+    root: str | None = None
     from_: str = msgspec.field(name="from")
     to: str
-    metrics: dict[str, Optional[float]] = msgspec.field(default_factory=dict)
-    site: Optional[str] = None  # one of SITES
+    metrics: dict[str, float | None] = msgspec.field(default_factory=dict)
+    site: str | None = None  # one of SITES
 
     def to_json_dict(self) -> dict[str, Any]:
         """The line as JSON data, keys in the order above (`schema`, `from` by their JSON names)."""
@@ -140,11 +141,11 @@ class ActStats:
 
 @dataclass(slots=True)
 class GradStats:
-    norm: Optional[float]  # None: no parameter of the module had a .grad
+    norm: float | None  # None: no parameter of the module had a .grad
     numel: int
-    weight_norm: Optional[float] = None  # L2, sampled steps only
-    checksum: Optional[tuple] = None  # per parameter, sampled steps: changes whenever any weight does
-    update_norm: Optional[float] = None  # L2 of the change one optimizer step made, sampled steps only
+    weight_norm: float | None = None  # L2, sampled steps only
+    checksum: tuple | None = None  # per parameter, sampled steps: changes whenever any weight does
+    update_norm: float | None = None  # L2 of the change one optimizer step made, sampled steps only
 
 
 @dataclass
@@ -154,12 +155,12 @@ class StepRecord:
 
     step: int
     sampled: bool
-    loss: Optional[float] = None  # the first loss series' value (see `losses`), kept for stats.jsonl
+    loss: float | None = None  # the first loss series' value (see `losses`), kept for stats.jsonl
     losses: dict[str, float] = field(default_factory=dict)  # series (the trained root model) -> its loss this step
     acts: dict[tuple[str, str, str], Any] = field(default_factory=dict)  # (root, module, site) -> stats
     grads: dict[tuple[str, str], GradStats] = field(default_factory=dict)  # (root, module) -> stats
-    time: Optional[float] = None  # when the step closed (perf_counter seconds): per-rank step times
-    active: Optional[set[str]] = None  # roots whose forward ran this step (None: unknown, judge all)
+    time: float | None = None  # when the step closed (perf_counter seconds): per-rank step times
+    active: set[str] | None = None  # roots whose forward ran this step (None: unknown, judge all)
 
 
 @dataclass
@@ -188,10 +189,10 @@ class ModelInfo:
 
 
 class Origin(BaseModel):
-    module: Optional[str] = None
-    step: Optional[int] = None
-    root: Optional[str] = None
-    rank: Optional[int] = None  # distributed runs: the rank where it began first
+    module: str | None = None
+    step: int | None = None
+    root: str | None = None
+    rank: int | None = None  # distributed runs: the rank where it began first
 
 
 class Hypothesis(BaseModel):
@@ -203,8 +204,8 @@ class Hypothesis(BaseModel):
     evidence: list[dict[str, Any]] = Field(default_factory=list)
     propagation: list[str] = Field(default_factory=list)
     suggestions: list[str] = Field(default_factory=list)
-    caused_by: Optional[Kind] = None
-    ranks: Optional[list[int]] = None  # distributed runs: the ranks that show it
+    caused_by: Kind | None = None
+    ranks: list[int] | None = None  # distributed runs: the ranks that show it
 
 
 class ModelSummary(BaseModel):

@@ -3,13 +3,15 @@
 Like a renderer it reads what the trace and the reasoner produced (stats.jsonl rows, events, a Report), never the
 model. It writes with tensorboard's own event-file writer and summary protos (the pieces torch's SummaryWriter
 is built on), so an export needs neither torch nor TensorFlow; tensorboard itself is an optional extra."""
+
 from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from neuraldbg_cli.errors import NeuraldbgError
 from neuraldbg_cli.events import ACT_FIELDS, Report
@@ -89,8 +91,9 @@ def verdict_text(report: Report) -> str:
     for h in report.hypotheses:
         where = f" at **{h.origin.module}**" if h.origin.module else ""
         cause = f", caused by `{h.caused_by.value}`" if h.caused_by else ""
-        lines.append(f"{h.rank}. `{h.kind.value}` ({h.confidence:.2f}){where}, step {h.origin.step}{cause}: "
-                     f"{h.summary}")
+        lines.append(
+            f"{h.rank}. `{h.kind.value}` ({h.confidence:.2f}){where}, step {h.origin.step}{cause}: {h.summary}"
+        )
         lines += [f"    - try: {s}" for s in h.suggestions]
     if not report.hypotheses:
         lines.append("No problem found.")
@@ -103,19 +106,25 @@ def _tensorboard() -> SimpleNamespace:
         from tensorboard.plugins.text.summary_v2 import text_pb
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
     except ImportError as e:
-        raise NeuraldbgError(f"neuraldbg: export --tensorboard needs the tensorboard package ({e}); "
-                             f"install it with: {INSTALL_HINT}") from None
-    return SimpleNamespace(Event=event_pb2.Event, Summary=summary_pb2.Summary, text_pb=text_pb,
-                           EventFileWriter=EventFileWriter)
+        raise NeuraldbgError(
+            f"neuraldbg: export --tensorboard needs the tensorboard package ({e}); install it with: {INSTALL_HINT}"
+        ) from None
+    return SimpleNamespace(
+        Event=event_pb2.Event, Summary=summary_pb2.Summary, text_pb=text_pb, EventFileWriter=EventFileWriter
+    )
 
 
-def _summaries(tb: SimpleNamespace, stats: list[dict[str, Any]], events: Iterable[Any],
-               report: Report) -> Iterator[tuple[int, Any]]:
+def _summaries(
+    tb: SimpleNamespace, stats: list[dict[str, Any]], events: Iterable[Any], report: Report
+) -> Iterator[tuple[int, Any]]:
     """(step, Summary): a stats row's scalars, a step's events, the verdict at the last step."""
     roots = {k.split("|", 1)[0] for r in stats for k in (r.get("grads") or {}) if isinstance(k, str)}
     for row in stats:
-        values = [tb.Summary.Value(tag=tag, simple_value=float(v))  # NaN/inf too: TensorBoard marks them
-                  for tag, v in _scalars(row, len(roots) > 1) if _number(v)]
+        values = [
+            tb.Summary.Value(tag=tag, simple_value=float(v))  # NaN/inf too: TensorBoard marks them
+            for tag, v in _scalars(row, len(roots) > 1)
+            if _number(v)
+        ]
         if values:
             yield row["step"], tb.Summary(value=values)
     for step, text in events_text(events).items():

@@ -1,5 +1,6 @@
 """Runs SCRIPT / -m MODULE exactly like python would, with the probes installed, and wires the stages:
 probes -> monitor -> trace writer (+ live console), then reasoner -> verdict and exit status."""
+
 from __future__ import annotations
 
 import builtins
@@ -19,14 +20,25 @@ import time
 import traceback
 import types
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from neuraldbg_cli import __version__
 from neuraldbg_cli.config import Settings
-from neuraldbg_cli.distributed import (JOB_FILE, LAUNCHED, RankInfo, claim_first, is_launcher, job_start,
-                                       launcher_argv, parse_launch, rank_info, settings_env, shared_run_dir)
+from neuraldbg_cli.distributed import (
+    JOB_FILE,
+    LAUNCHED,
+    RankInfo,
+    claim_first,
+    is_launcher,
+    job_start,
+    launcher_argv,
+    parse_launch,
+    rank_info,
+    settings_env,
+    shared_run_dir,
+)
 from neuraldbg_cli.errors import ExitCode, NeuraldbgError
-from neuraldbg_cli.events import ActStats, META_SCHEMA, SemanticEvent, StepRecord
+from neuraldbg_cli.events import META_SCHEMA, ActStats, SemanticEvent, StepRecord
 from neuraldbg_cli.monitor import Monitor
 from neuraldbg_cli.trace import EVENTS, META, RunData, RunWriter, point_latest, rank_file, read_job
 
@@ -41,7 +53,7 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def resolve_target(args: list[str]) -> tuple[str, Optional[Path], list[str]]:
+def resolve_target(args: list[str]) -> tuple[str, Path | None, list[str]]:
     """('script'|'module', path, argv for the script). Raises NeuraldbgError for a missing target."""
     if not args:
         raise NeuraldbgError("neuraldbg: missing SCRIPT; usage: neuraldbg run [OPTIONS] SCRIPT [ARGS...] or -m MODULE")
@@ -74,7 +86,7 @@ def default_run_dir(stem: str) -> Path:
     return path
 
 
-def prepare_run_dir(settings: Settings, stem: str, info: Optional[RankInfo] = None) -> Path:
+def prepare_run_dir(settings: Settings, stem: str, info: RankInfo | None = None) -> Path:
     """The run directory, made and checked writable. A rank of a torchrun job shares its job's directory
     (distributed.shared_run_dir) and refuses one that already holds its rank's trace."""
     explicit = settings.run_dir is not None
@@ -123,13 +135,17 @@ LIVE_METRICS: dict[tuple[str, str], tuple[Any, ...]] = {
     ("weights", "oversized"): ("update_ratio",),
     ("weights", "collapsing"): ("weight_norm", "weight_ratio"),
 }
-DERIVED = {"std_ratio": ("std", "baseline_std"), "rms_ratio": ("rms", "baseline_rms"), "rise": ("recent", "best"),
-           "weight_ratio": ("weight_norm", "first_weight_norm")}
+DERIVED = {
+    "std_ratio": ("std", "baseline_std"),
+    "rms_ratio": ("rms", "baseline_rms"),
+    "rise": ("recent", "best"),
+    "weight_ratio": ("weight_norm", "first_weight_norm"),
+}
 HEALTHY_STATES = {"normal", "healthy", "updating"}
 FALLBACK_METRICS = ("rms", "dead_frac", "sat_frac", "loss", "std", "weight_norm")
 
 
-def _site_group(site: Optional[str]) -> str:
+def _site_group(site: str | None) -> str:
     if site in ("input", "target"):
         return "data"
     if site in ("gradient", "weights", "loss"):
@@ -137,7 +153,7 @@ def _site_group(site: Optional[str]) -> str:
     return "activation"  # a layer's output or an activation
 
 
-def _metric(metrics: dict[str, Any], name: str) -> Optional[float]:
+def _metric(metrics: dict[str, Any], name: str) -> float | None:
     v = metrics.get(name)
     if v is None and name in DERIVED:
         num, den = (metrics.get(k) for k in DERIVED[name])
@@ -153,8 +169,8 @@ def live_line(ev: SemanticEvent) -> str:
     state = ev.from_ if ev.to in HEALTHY_STATES and ev.from_ not in HEALTHY_STATES else ev.to
     wanted = LIVE_METRICS.get((group, state))
     shown: list[str] = []
-    for entry in (wanted if wanted is not None else (FALLBACK_METRICS,)):
-        for name in (entry if isinstance(entry, tuple) else (entry,)):
+    for entry in wanted if wanted is not None else (FALLBACK_METRICS,):
+        for name in entry if isinstance(entry, tuple) else (entry,):
             v = _metric(ev.metrics, name)
             if v is not None:
                 shown.append(f"{name}={v:.3g}")
@@ -170,18 +186,22 @@ class Console:
     (a NaN/Inf, or bad data: what one rank's shard can do alone) when no rank saw one before (one line,
     `[rank N]` in front)."""
 
-    def __init__(self, quiet: bool, info: Optional[RankInfo] = None, run_dir: Optional[Path] = None) -> None:
+    def __init__(self, quiet: bool, info: RankInfo | None = None, run_dir: Path | None = None) -> None:
         self.quiet = quiet
         self.tty = sys.stderr.isatty() and not os.environ.get("NO_COLOR")
         self.shown = 0
         self.info, self.run_dir = info, run_dir
-        self.first: Optional[bool] = None  # whether this rank saw the job's first problem (None: none yet)
+        self.first: bool | None = None  # whether this rank saw the job's first problem (None: none yet)
 
     def event(self, ev: SemanticEvent) -> None:
         if self.quiet or ev.type == "run_summary":
             return
-        if self.info is not None and self.first is None and self.run_dir and (
-                ev.to == "non_finite" or ev.site in ("input", "target") and ev.to not in HEALTHY_STATES):
+        if (
+            self.info is not None
+            and self.first is None
+            and self.run_dir
+            and (ev.to == "non_finite" or ev.site in ("input", "target") and ev.to not in HEALTHY_STATES)
+        ):
             self.first = claim_first(self.run_dir)
             if self.first and self.info.rank != 0:
                 self._print(self.info.prefix + live_line(ev))
@@ -200,7 +220,7 @@ class Console:
         print(line, file=sys.stderr, flush=True)
 
 
-def _stats_row(rec: StepRecord, t0: Optional[float] = None) -> dict[str, Any]:
+def _stats_row(rec: StepRecord, t0: float | None = None) -> dict[str, Any]:
     """One step's statistics. With `t0` (a rank of a distributed job) also when the step closed (seconds
     after t0) and, on sampled steps, each module's weight checksums: `explain` compares ranks with them."""
     row: dict[str, Any] = {"step": rec.step, "loss": rec.loss}
@@ -209,8 +229,11 @@ def _stats_row(rec: StepRecord, t0: Optional[float] = None) -> dict[str, Any]:
     if len(rec.losses) > 1:  # several models trained by their own optimizers: each one's loss
         row["losses"] = dict(rec.losses)
     if rec.sampled:
-        row["acts"] = {"|".join(k): [s.mean, s.std, s.min, s.max, s.zero_frac, s.dead_frac, s.sat01, s.sat11,
-                                     s.nonfinite] for k, s in rec.acts.items() if isinstance(s, ActStats)}
+        row["acts"] = {
+            "|".join(k): [s.mean, s.std, s.min, s.max, s.zero_frac, s.dead_frac, s.sat01, s.sat11, s.nonfinite]
+            for k, s in rec.acts.items()
+            if isinstance(s, ActStats)
+        }
         row["grads"] = {"|".join(k): [g.norm, g.weight_norm] for k, g in rec.grads.items()}
         updates = {"|".join(k): g.update_norm for k, g in rec.grads.items() if g.update_norm is not None}
         if updates:  # the change one optimizer step made to each module's weights (L2)
@@ -231,11 +254,11 @@ class StatsThinner:
     losses since the previous row and "loss_steps" how many steps that covers; a row is also written for
     the last step seen, so plots reach the end of the run."""
 
-    def __init__(self, full: int = STATS_EVERY_STEP, density: int = 100, t0: Optional[float] = None) -> None:
+    def __init__(self, full: int = STATS_EVERY_STEP, density: int = 100, t0: float | None = None) -> None:
         self.full, self.density, self.t0 = full, density, t0
         self.next = full
         self.total, self.finite, self.steps = 0.0, 0, 0
-        self.last: Optional[StepRecord] = None  # newest record after `full` not yet written
+        self.last: StepRecord | None = None  # newest record after `full` not yet written
 
     def rows(self, records: list[StepRecord]) -> list[dict[str, Any]]:
         out = []
@@ -268,8 +291,7 @@ RANK_WAIT_S = 30.0  # rank 0 waits at most this long, at its end, for the other 
 ABSENT_WAIT_S = 3.0  # a rank with no trace here by then writes elsewhere (another node's run directory)
 
 
-def wait_for_ranks(run_dir: Path, world_size: int, timeout: float = RANK_WAIT_S,
-                   absent: float = ABSENT_WAIT_S) -> None:
+def wait_for_ranks(run_dir: Path, world_size: int, timeout: float = RANK_WAIT_S, absent: float = ABSENT_WAIT_S) -> None:
     """Rank 0 speaks for the job, so its verdict should see every rank's complete trace: poll the others'
     meta.rank<N>.json until each has ended (a rank still running when the time is up is explained as it is)."""
     import orjson
@@ -317,7 +339,7 @@ class Session:
         self.pid = os.getpid()
         self.seen: list[SemanticEvent] = []  # --stop-on judges the events so far (few: transitions only)
         self.model_doc: dict[str, Any] = {}
-        self.stopped: Optional[dict[str, Any]] = None  # --stop-on: where and why the run was ended
+        self.stopped: dict[str, Any] | None = None  # --stop-on: where and why the run was ended
         self._judged = -1
 
     # -- wiring
@@ -366,19 +388,31 @@ class Session:
             self.stopped = {"step": step, "kinds": found}
             self.probe.stop_requested = True
             prefix = self.info.prefix if self.info is not None and self.info.rank != 0 else ""
-            print(f"{prefix}neuraldbg: stopping the run after step {step}: {', '.join(found)} confirmed "
-                  f"(--stop-on)", file=sys.stderr, flush=True)
+            print(
+                f"{prefix}neuraldbg: stopping the run after step {step}: {', '.join(found)} confirmed (--stop-on)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _on_models(self) -> None:
         try:
             models = self.probe.models()
             self.monitor.set_models(models)
             self.model_doc = {
-                "models": [{"name": m.name, "class": m.cls, "n_modules": m.n_modules, "n_params": m.n_params,
-                            "order": m.order, "modules": {n: vars(i) for n, i in m.modules.items()},
-                            **({"wrappers": m.wrappers} if m.wrappers else {})}
-                           for m in models],
-                "optimizers": self.probe.optimizer_info()}
+                "models": [
+                    {
+                        "name": m.name,
+                        "class": m.cls,
+                        "n_modules": m.n_modules,
+                        "n_params": m.n_params,
+                        "order": m.order,
+                        "modules": {n: vars(i) for n, i in m.modules.items()},
+                        **({"wrappers": m.wrappers} if m.wrappers else {}),
+                    }
+                    for m in models
+                ],
+                "optimizers": self.probe.optimizer_info(),
+            }
             self.writer.write_json("model.json", self.model_doc)
         except Exception as e:  # noqa: BLE001
             self._warn_once("model description", e)
@@ -409,15 +443,26 @@ class Session:
 
         from neuraldbg_cli.probes import Probe
 
-        self.meta = {"schema": META_SCHEMA, "neuraldbg": __version__, "torch": torch.__version__,
-                     "python": platform.python_version(), "platform": platform.platform(),
-                     "argv": self.argv, "mode": self.mode, "script": str(self.path or self.argv[0]),
-                     "cwd": os.getcwd(), "start": _now(), "status": "running",
-                     "world_size": self.info.world_size if self.info is not None else 1, "pid": os.getpid(),
-                     "settings": self.settings.model_dump(mode="json")}
+        self.meta = {
+            "schema": META_SCHEMA,
+            "neuraldbg": __version__,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "argv": self.argv,
+            "mode": self.mode,
+            "script": str(self.path or self.argv[0]),
+            "cwd": os.getcwd(),
+            "start": _now(),
+            "status": "running",
+            "world_size": self.info.world_size if self.info is not None else 1,
+            "pid": os.getpid(),
+            "settings": self.settings.model_dump(mode="json"),
+        }
         if self.info is not None:
-            self.meta.update(rank=self.info.rank, local_rank=self.info.local_rank, host=platform.node(),
-                             job=self.info.job)
+            self.meta.update(
+                rank=self.info.rank, local_rank=self.info.local_rank, host=platform.node(), job=self.info.job
+            )
         self.write_meta()
         self.probe = Probe(self._on_steps, self._on_models, every=self.settings.every)
         t0 = self.t0
@@ -439,9 +484,14 @@ class Session:
         if self.stopped is not None:  # whatever the script made of the StopTraining it got (Lightning: exit 1)
             code, status = int(ExitCode.FAIL_ON), "stopped"
             self.meta.update(stopped_at=self.stopped["step"], stopped_by=self.stopped["kinds"])
-        self.write_meta(end=_now(), wall_s=round(time.perf_counter() - t0, 3), exit_status=code,
-                        status=status, steps_observed=self.monitor.steps_seen,
-                        faults=self.probe.faults + self.warnings)
+        self.write_meta(
+            end=_now(),
+            wall_s=round(time.perf_counter() - t0, 3),
+            exit_status=code,
+            status=status,
+            steps_observed=self.monitor.steps_seen,
+            faults=self.probe.faults + self.warnings,
+        )
         self.writer.close()
         if self.settings.run_dir is None and not self.rank:
             point_latest(self.run_dir)
@@ -582,8 +632,14 @@ def run_script(typed: str) -> None:
     if spec is None or spec.loader is None:
         print(f"{sys.executable}: can't find '__main__' module in {path!r}", file=sys.stderr)
         raise SystemExit(1)
-    _exec_as_main(spec.loader.get_code("__main__"), __file__=spec.origin, __cached__=spec.cached,
-                  __loader__=spec.loader, __spec__=spec, __package__=spec.parent)
+    _exec_as_main(
+        spec.loader.get_code("__main__"),
+        __file__=spec.origin,
+        __cached__=spec.cached,
+        __loader__=spec.loader,
+        __spec__=spec,
+        __package__=spec.parent,
+    )
 
 
 def _file_code(path: str) -> tuple[Any, Any]:

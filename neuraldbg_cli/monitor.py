@@ -4,33 +4,59 @@ Each site (a module's gradient, a module's output, the model input, the loss, a 
 one small classifier, a pure function from statistics to a state, and one debounced state machine that
 emits an event when a new state has held for `debounce` observations. The event carries the step where
 the state *began*, so the reasoner sees onsets, not confirmations. Non-finite values skip the debounce."""
+
 from __future__ import annotations
 
 import math
 import re
 import statistics
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 from neuraldbg_cli.config import Thresholds
-from neuraldbg_cli.events import (RUN_STATES, ActState, ActStats, DataState, EventType, GradState, LossState,
-                                  ModelInfo, SemanticEvent, StepRecord, UpdateState)
+from neuraldbg_cli.events import (
+    RUN_STATES,
+    ActState,
+    ActStats,
+    DataState,
+    EventType,
+    GradState,
+    LossState,
+    ModelInfo,
+    SemanticEvent,
+    StepRecord,
+    UpdateState,
+)
 
-HEALTHY = {GradState.healthy.value, ActState.normal.value, LossState.normal.value, DataState.normal.value,
-           UpdateState.updating.value}
+HEALTHY = {
+    GradState.healthy.value,
+    ActState.normal.value,
+    LossState.normal.value,
+    DataState.normal.value,
+    UpdateState.updating.value,
+}
 NON_FINITE = "non_finite"
 _DIGITS = re.compile(r"\d+")  # block numbers in module names
 
 
-def _finite(v: Optional[float]) -> bool:
+def _finite(v: float | None) -> bool:
     return v is not None and math.isfinite(v)
 
 
 # ---------------------------------------------------------------- classifiers (pure functions)
 
-def classify_gradient(rms: Optional[float], ref_max: float, baseline: Optional[float], matrix: bool, depth: int,
-                      th: Thresholds, ahead: Optional[float] = None) -> str:
+
+def classify_gradient(
+    rms: float | None,
+    ref_max: float,
+    baseline: float | None,
+    matrix: bool,
+    depth: int,
+    th: Thresholds,
+    ahead: float | None = None,
+) -> str:
     """rms: this module's gradient RMS (None: no gradient). ref_max: the largest over matrix layers of the same
     model; depth: how many of them have a gradient.
     ahead: the largest RMS of the same layer in the other blocks of a repeated stack (see Monitor._ahead)."""
@@ -40,13 +66,19 @@ def classify_gradient(rms: Optional[float], ref_max: float, baseline: Optional[f
         return GradState.non_finite.value
     if rms > th.explode_abs or (baseline and rms > th.explode_growth * baseline):
         return GradState.exploding.value
-    if matrix and (rms < th.vanish_abs or (depth >= th.vanish_min_layers and rms < th.vanish_ratio * ref_max
-                                          and (ahead is None or rms < th.vanish_context_ratio * ahead))):
+    if matrix and (
+        rms < th.vanish_abs
+        or (
+            depth >= th.vanish_min_layers
+            and rms < th.vanish_ratio * ref_max
+            and (ahead is None or rms < th.vanish_context_ratio * ahead)
+        )
+    ):
         return GradState.vanishing.value
     return GradState.healthy.value
 
 
-def classify_activation(s: ActStats, baseline_std: Optional[float], th: Thresholds, output_layer: bool = False) -> str:
+def classify_activation(s: ActStats, baseline_std: float | None, th: Thresholds, output_layer: bool = False) -> str:
     """output_layer: the model's last layer, whose units are its outputs (logits): a dead one can never fire,
     and their scale grows by orders of magnitude as a classifier grows confident (from a near-0 init)."""
     if s.nonfinite > 0 or not math.isfinite(s.mean):
@@ -54,7 +86,15 @@ def classify_activation(s: ActStats, baseline_std: Optional[float], th: Threshol
     relu_like = s.min >= 0 and s.zero_frac >= th.relu_zero_frac  # exact zeros: a ReLU's output, not a sigmoid's
     if relu_like and s.dead_frac >= (th.dead_output_frac if output_layer else th.dead_frac):
         return ActState.dead.value
-    sat = 0.0 if relu_like else s.sat01 if (s.min >= 0 and s.max <= 1) else s.sat11 if (s.min >= -1 and s.max <= 1) else 0.0
+    sat = (
+        0.0
+        if relu_like
+        else s.sat01
+        if (s.min >= 0 and s.max <= 1)
+        else s.sat11
+        if (s.min >= -1 and s.max <= 1)
+        else 0.0
+    )
     if sat >= th.saturated_frac:
         return ActState.saturated.value
     growth = th.anomalous_output_growth if output_layer else th.anomalous_growth
@@ -63,8 +103,7 @@ def classify_activation(s: ActStats, baseline_std: Optional[float], th: Threshol
     return ActState.normal.value
 
 
-def classify_data(s: ActStats, baseline: Optional[tuple[float, float]], scale_limit: float,
-                  th: Thresholds) -> str:
+def classify_data(s: ActStats, baseline: tuple[float, float] | None, scale_limit: float, th: Thresholds) -> str:
     if s.nonfinite > 0 or not math.isfinite(s.mean):
         return DataState.non_finite.value
     if max(abs(s.mean), s.std) > scale_limit:
@@ -79,6 +118,7 @@ def classify_data(s: ActStats, baseline: Optional[tuple[float, float]], scale_li
 
 # ---------------------------------------------------------------- debounced state machine
 
+
 @dataclass
 class Machine:
     """State of one site. `observe` returns an event payload when a new state is confirmed: held for `need`
@@ -87,7 +127,7 @@ class Machine:
     state: str
     need: int
     early: int
-    cand: Optional[str] = None
+    cand: str | None = None
     cand_step: int = 0
     cand_metrics: dict[str, Any] = field(default_factory=dict)
     count: int = 0
@@ -114,15 +154,15 @@ class Machine:
             return [(old, state, self.cand_step, self.cand_metrics)]
         return []
 
-    def pending(self) -> Optional[tuple[str, str, int, dict]]:
+    def pending(self) -> tuple[str, str, int, dict] | None:
         """A candidate seen at least twice but cut short by the end of the run."""
         if self.cand is not None and self.count >= min(self.early, self.need):
             return self.state, self.cand, self.cand_step, self.cand_metrics
         return None
 
 
-def _rounded(d: dict[str, Any]) -> dict[str, Optional[float]]:
-    out: dict[str, Optional[float]] = {}
+def _rounded(d: dict[str, Any]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
     for k, v in d.items():
         if v is None:
             out[k] = None
@@ -136,6 +176,7 @@ def _rounded(d: dict[str, Any]) -> dict[str, Optional[float]]:
 
 
 # ---------------------------------------------------------------- the loss model
+
 
 class LossSeries:
     """One loss series judged as a noisy process (statistical process control, not step counts).
@@ -154,7 +195,7 @@ class LossSeries:
         self.first: list[float] = []  # the first loss_level_window losses, raw
         self.first_step = 0
         self.n = 0
-        self.last: Optional[float] = None
+        self.last: float | None = None
         self.alone = True  # never reported in the same step as another series (a GAN's G and D: a game)
         self._restart()
 
@@ -173,7 +214,7 @@ class LossSeries:
     def _y(self, loss: float) -> float:
         return loss if self.raw else math.log(loss)
 
-    def _x(self, y: float) -> Optional[float]:
+    def _x(self, y: float) -> float | None:
         return None if not math.isfinite(y) else y if self.raw else math.exp(y)
 
     def _unit(self) -> float:
@@ -186,7 +227,7 @@ class LossSeries:
         """The distance of a rise by the factor f."""
         return math.log(f) if not self.raw else (f - 1) * self._unit()
 
-    def noise(self) -> Optional[float]:
+    def noise(self) -> float | None:
         """Per-step noise: 1.4826 * MAD of the step-to-step differences / sqrt(2); None while too few."""
         diffs = self.diffs
         if len(diffs) < self.th.loss_noise_min:
@@ -239,7 +280,7 @@ class LossSeries:
         everything after it look like progress)."""
         return self._y(self._start)
 
-    def improved(self, noise: Optional[float]) -> bool:
+    def improved(self, noise: float | None) -> bool:
         """The loss learned since the start, meaningfully and significantly: the median of its latest k values
         is plateau_improvement below the start level, by more than plateau_sigma standard errors (medians of
         m1 and m2 values of noise s differ by s*sqrt(pi/2*(1/m1+1/m2)) by chance). Once true it stays true: a
@@ -256,8 +297,13 @@ class LossSeries:
         th = self.th
         start, level, noise = self.start(), self.level, self._noise
         ref_noise = max(noise or 0.0, self.best_noise or 0.0)
-        metrics: dict[str, Any] = {"loss": self.last, "start": self._x(start), "best": self._x(self.best),
-                                   "recent": self._x(level), "noise": ref_noise if noise is not None else None}
+        metrics: dict[str, Any] = {
+            "loss": self.last,
+            "start": self._x(start),
+            "best": self._x(self.best),
+            "recent": self._x(level),
+            "noise": ref_noise if noise is not None else None,
+        }
         # diverging: the level rose a factor above its best, beyond what the series' own noise explains;
         # before the noise is known, only a rise by the early factor (10x) counts
         rise = level - self.best
@@ -279,7 +325,7 @@ class LossSeries:
             return LossState.plateau.value, max(self.first_step, step - th.plateau_min_losses + 1), metrics
         return LossState.normal.value, step, metrics
 
-    def plateau(self, noise: Optional[float]) -> bool:
+    def plateau(self, noise: float | None) -> bool:
         """Long enough, never improved beyond its noise since the start, not falling now, and far above its noise (a
         loss at its noise floor from the start is a converged model being fine-tuned, not a stuck one).
         Only for a positive series trained alone: the losses of models trained against each other (GAN,
@@ -294,7 +340,7 @@ class LossSeries:
         se = noise * math.sqrt(math.pi / 2 * 2 / max(1, h))
         return statistics.median(late[:h]) - statistics.median(late[h:]) <= self.th.plateau_sigma * se
 
-    def _oscillating(self, start_y: float) -> Optional[tuple[int, dict[str, Any]]]:
+    def _oscillating(self, start_y: float) -> tuple[int, dict[str, Any]] | None:
         """Large swings relative to the loss level over the latest 2 windows, with frequent sign changes,
         while the loss has not learned, or keeps jumping back above where it started. Judged over a rolling
         window, so an oscillation that settled goes back to normal."""
@@ -318,9 +364,16 @@ class LossSeries:
         # not learning: swinging up well beyond where it started (a loss at its noise floor from the start,
         # e.g. a converged model fine-tuned, swings ~1.5x around its start level, never 3x)
         th, learned_level = self.th, start / self.th.learned_factor
-        if not ((flips >= th.oscillation_flips and now > learned_level and max(recent) > th.oscillation_high * start)
-                or (start > 0 and above >= th.oscillation_jumps and best is not None and best < learned_level
-                    and flips >= th.oscillation_flips_learned)):
+        if not (
+            (flips >= th.oscillation_flips and now > learned_level and max(recent) > th.oscillation_high * start)
+            or (
+                start > 0
+                and above >= th.oscillation_jumps
+                and best is not None
+                and best < learned_level
+                and flips >= th.oscillation_flips_learned
+            )
+        ):
             return None
         return self.hist[0][0], {"low": min(recent), "high": max(recent), "swing": rel}
 
@@ -336,6 +389,7 @@ class LossSeries:
 
 
 # ---------------------------------------------------------------- the monitor
+
 
 class Monitor:
     """Feeds each site's classifier and machine; `emit` receives every SemanticEvent in step order.
@@ -357,7 +411,7 @@ class Monitor:
         self.got_grad: set[tuple] = set()
         self.grad_since: dict[tuple, float] = {}  # largest gradient RMS since the last sample
         self.series: dict[str, LossSeries] = {}
-        self.main_series: Optional[LossSeries] = None  # the first series seen: the run summary's losses
+        self.main_series: LossSeries | None = None  # the first series seen: the run summary's losses
         self.held: list[tuple[int, int, SemanticEvent]] = []  # the reorder buffer: (step, order, event)
         self.open: dict[tuple, int] = {}  # machines with a pending candidate -> the step it would be dated at
         self.seq = 0  # arrival order among held events of the same step
@@ -365,7 +419,7 @@ class Monitor:
         self.urgent = False  # a non-finite event is held: release everything at the end of this step
         self.prev_active: set[str] = set()
         self.losses_seen = 0
-        self.last_loss: Optional[float] = None
+        self.last_loss: float | None = None
         self.steps_seen = 0
         self.last_step = -1
 
@@ -380,8 +434,18 @@ class Monitor:
             m = self.machines[key] = Machine(initial, self.th.debounce, self.th.debounce_early)
         return m
 
-    def _feed(self, key: tuple, initial: str, state: str, step: int, metrics: dict, etype: str,
-              site: str, root: Optional[str], module: Optional[str]) -> None:
+    def _feed(
+        self,
+        key: tuple,
+        initial: str,
+        state: str,
+        step: int,
+        metrics: dict,
+        etype: str,
+        site: str,
+        root: str | None,
+        module: str | None,
+    ) -> None:
         machine = self._machine(key, initial)
         for hit in machine.observe(state, step, metrics):
             self._emit(etype, site, root, module, *hit)
@@ -391,12 +455,21 @@ class Monitor:
         else:
             self.open.pop(key, None)
 
-    def _emit(self, etype: str, site: str, root: Optional[str], module: Optional[str], old: str, new: str,
-              step: int, metrics: dict) -> None:
+    def _emit(
+        self, etype: str, site: str, root: str | None, module: str | None, old: str, new: str, step: int, metrics: dict
+    ) -> None:
         if new == NON_FINITE and etype != EventType.data_anomaly.value:
             etype = EventType.non_finite.value
-        ev = SemanticEvent(type=etype, step=step, module=module or None, root=root or None,
-                           from_=old, to=new, metrics=_rounded(metrics), site=site)
+        ev = SemanticEvent(
+            type=etype,
+            step=step,
+            module=module or None,
+            root=root or None,
+            from_=old,
+            to=new,
+            metrics=_rounded(metrics),
+            site=site,
+        )
         self.seq += 1
         self.held.append((step, self.seq, ev))
         self.urgent = self.urgent or new == NON_FINITE
@@ -405,7 +478,7 @@ class Monitor:
         """The events confirmed but still held for ordering (a live decision must not wait for them)."""
         return [ev for _, _, ev in sorted(self.held)]
 
-    def _release(self, now: Optional[int]) -> None:
+    def _release(self, now: int | None) -> None:
         """Emit the held events that no later observation can precede (all of them when now is None)."""
         if not self.held:
             return
@@ -415,8 +488,9 @@ class Monitor:
             floor = min(now, min(self.open.values(), default=now))
             for name, s in self.series.items():
                 machine = self.machines.get(("loss", name))
-                floor = min(floor, s.earliest_onset(now, machine is not None and
-                                                    machine.state == LossState.diverging.value))
+                floor = min(
+                    floor, s.earliest_onset(now, machine is not None and machine.state == LossState.diverging.value)
+                )
         ready = sorted(h for h in self.held if h[0] <= floor) if floor < math.inf else sorted(self.held)
         if not ready:
             return
@@ -447,7 +521,7 @@ class Monitor:
         self.urgent = False
 
     def _observe_data(self, rec: StepRecord) -> None:
-        for (root, module, site), s in rec.acts.items():
+        for (root, _module, site), s in rec.acts.items():
             if site not in ("input", "target"):
                 continue
             key = ("data", root, site)
@@ -482,14 +556,21 @@ class Monitor:
             state = classify_activation(s, baseline, self.th, output_layer=module == self._output_layer(root))
             if state == ActState.normal.value and len(base) < self.th.baseline_samples and s.std > 0:
                 base.append(s.std)
-            metrics = {"mean": s.mean, "std": s.std, "min": s.min, "max": s.max, "zero_frac": s.zero_frac,
-                       "dead_frac": s.dead_frac, "sat_frac": max(s.sat01, s.sat11) if s.max <= 1 else 0.0,
-                       "nonfinite": s.nonfinite}
+            metrics = {
+                "mean": s.mean,
+                "std": s.std,
+                "min": s.min,
+                "max": s.max,
+                "zero_frac": s.zero_frac,
+                "dead_frac": s.dead_frac,
+                "sat_frac": max(s.sat01, s.sat11) if s.max <= 1 else 0.0,
+                "nonfinite": s.nonfinite,
+            }
             if baseline:  # the metric that moved, for an activation blow-up
                 metrics.update(baseline_std=baseline, std_ratio=s.std / baseline)
             self._feed(key, ActState.normal.value, state, rec.step, metrics, etype, site, root, module)
 
-    def _output_layer(self, root: str) -> Optional[str]:
+    def _output_layer(self, root: str) -> str | None:
         model = self.models.get(root)
         if model is None:
             return None
@@ -500,7 +581,7 @@ class Monitor:
         for root, model in self.models.items():
             if rec.active is not None and root not in rec.active:
                 continue  # a model not used this step (trained earlier, or not yet): its .grad is stale
-            rms: dict[str, Optional[float]] = {}
+            rms: dict[str, float | None] = {}
             for name, info in model.modules.items():
                 if info.params == 0:
                     continue
@@ -515,10 +596,9 @@ class Monitor:
             ref_median = statistics.median(matrix) if matrix else 0.0
             ahead = self._ahead(model, rms)
             for name, value in rms.items():
-                self._judge_gradient(rec, model, root, name, value, ref_max, ref_median, len(matrix),
-                                     ahead.get(name))
+                self._judge_gradient(rec, model, root, name, value, ref_max, ref_median, len(matrix), ahead.get(name))
 
-    def _ahead(self, model: ModelInfo, rms: dict[str, Optional[float]]) -> dict[str, float]:
+    def _ahead(self, model: ModelInfo, rms: dict[str, float | None]) -> dict[str, float]:
         """Per matrix layer that repeats (the same name with other block numbers: `layer.0.attention.query`,
         `layer.5.attention.query`), the largest gradient RMS among its repeats. A gradient vanishing toward
         the input leaves a block's layer far below the same layer deeper in the stack; a layer that is small
@@ -534,8 +614,18 @@ class Monitor:
                 out.update((n, top) for n in names)  # type: ignore[misc]
         return out
 
-    def _judge_gradient(self, rec: StepRecord, model: ModelInfo, root: str, name: str, value: Optional[float],
-                        ref_max: float, ref_median: float, depth: int, ahead: Optional[float] = None) -> None:
+    def _judge_gradient(
+        self,
+        rec: StepRecord,
+        model: ModelInfo,
+        root: str,
+        name: str,
+        value: float | None,
+        ref_max: float,
+        ref_median: float,
+        depth: int,
+        ahead: float | None = None,
+    ) -> None:
         info = model.modules[name]
         key = ("grad", root, name)
         if _finite(value) and value > 0:
@@ -552,11 +642,23 @@ class Monitor:
         machine = self.machines.get(key)
         if machine is not None and machine.state == state and machine.cand is None:
             return  # nothing changes (most module-steps): skip building the evidence
-        metrics = {"rms": value, "ratio_to_max": (value / ref_max) if _finite(value) and ref_max else None,
-                   "ratio_to_median": (value / ref_median) if _finite(value) and ref_median else None,
-                   "baseline_rms": baseline}
-        self._feed(key, GradState.healthy.value, state, rec.step, metrics,
-                   EventType.gradient_health_transition.value, "gradient", root, name)
+        metrics = {
+            "rms": value,
+            "ratio_to_max": (value / ref_max) if _finite(value) and ref_max else None,
+            "ratio_to_median": (value / ref_median) if _finite(value) and ref_median else None,
+            "baseline_rms": baseline,
+        }
+        self._feed(
+            key,
+            GradState.healthy.value,
+            state,
+            rec.step,
+            metrics,
+            EventType.gradient_health_transition.value,
+            "gradient",
+            root,
+            name,
+        )
 
     def _observe_weights(self, rec: StepRecord) -> None:
         """Per module, on sampled steps: unchanged = a module that had a gradient at some step since the last
@@ -581,8 +683,11 @@ class Monitor:
                 key = ("weights", root, name)
                 first, last = self.weight_hist.get((root, name), (gs.weight_norm, gs.weight_norm))
                 self.weight_hist[(root, name)] = (first, gs.weight_norm)
-                ratio = (gs.update_norm / gs.weight_norm if gs.update_norm is not None and gs.weight_norm > 0
-                         and math.isfinite(gs.update_norm) else None)
+                ratio = (
+                    gs.update_norm / gs.weight_norm
+                    if gs.update_norm is not None and gs.weight_norm > 0 and math.isfinite(gs.update_norm)
+                    else None
+                )
                 shrunk = first > 0 and gs.weight_norm < th.weight_collapse_frac * first
                 machine = self.machines.get(key)
                 keeps = machine is not None and UpdateState.collapsing.value in (machine.state, machine.cand)
@@ -615,14 +720,29 @@ class Monitor:
                     state = UpdateState.updating.value
                 else:
                     continue  # nothing to compare, or nothing pushed it since
-                metrics = {"weight_norm": gs.weight_norm, "first_weight_norm": first,
-                           "weight_ratio": gs.weight_norm / first if first > 0 else None,
-                           "update_norm": gs.update_norm, "update_ratio": ratio, "grad_rms": grad,
-                           "layers_frac": (big if state == UpdateState.oversized.value else small) / len(matrix)
-                           if matrix else None,
-                           "in_optimizer": float(bool(info and info.in_optimizer))}
-                self._feed(key, UpdateState.updating.value, state, rec.step, metrics,
-                           EventType.parameter_update.value, "weights", root, name)
+                metrics = {
+                    "weight_norm": gs.weight_norm,
+                    "first_weight_norm": first,
+                    "weight_ratio": gs.weight_norm / first if first > 0 else None,
+                    "update_norm": gs.update_norm,
+                    "update_ratio": ratio,
+                    "grad_rms": grad,
+                    "layers_frac": (big if state == UpdateState.oversized.value else small) / len(matrix)
+                    if matrix
+                    else None,
+                    "in_optimizer": float(bool(info and info.in_optimizer)),
+                }
+                self._feed(
+                    key,
+                    UpdateState.updating.value,
+                    state,
+                    rec.step,
+                    metrics,
+                    EventType.parameter_update.value,
+                    "weights",
+                    root,
+                    name,
+                )
 
     def _reset_loss(self, active: set[str]) -> None:
         """Loss series of models no longer trained are dropped: a new model's curve starts afresh."""
@@ -667,15 +787,27 @@ class Monitor:
         self.open.clear()
         self._release(None)
         main = self.main_series
-        metrics = {"steps": float(self.steps_seen), "losses": float(self.losses_seen),
-                   "first_loss": statistics.median(main.first) if main and main.first else None,
-                   "best_loss": main._x(main.best) if main and math.isfinite(main.best) else None,
-                   "last_loss": self.last_loss}
-        self.emit(SemanticEvent(type=EventType.run_summary.value, step=max(self.last_step, 0), module=None,
-                                from_=RUN_STATES[0], to=RUN_STATES[1], metrics=_rounded(metrics), site="run"))
+        metrics = {
+            "steps": float(self.steps_seen),
+            "losses": float(self.losses_seen),
+            "first_loss": statistics.median(main.first) if main and main.first else None,
+            "best_loss": main._x(main.best) if main and math.isfinite(main.best) else None,
+            "last_loss": self.last_loss,
+        }
+        self.emit(
+            SemanticEvent(
+                type=EventType.run_summary.value,
+                step=max(self.last_step, 0),
+                module=None,
+                from_=RUN_STATES[0],
+                to=RUN_STATES[1],
+                metrics=_rounded(metrics),
+                site="run",
+            )
+        )
 
 
-def _describe(key: tuple) -> tuple[str, str, Optional[str], Optional[str]]:
+def _describe(key: tuple) -> tuple[str, str, str | None, str | None]:
     kind = key[0]
     if kind == "grad":
         return EventType.gradient_health_transition.value, "gradient", key[1], key[2]

@@ -2,11 +2,13 @@
 
 Rules propose one hypothesis per kind and SETTINGS the wrong settings they show; `rank` then orders them by
 one causal model (see its docstring). Imports no I/O module: the run is read by the caller (trace)."""
+
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable, Iterable
 from operator import attrgetter
-from typing import TYPE_CHECKING, Callable, Iterable, Optional
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -31,9 +33,14 @@ def build_context(run: RunData) -> Context:
     every, window = settings.get("every"), thresholds.get("loss_window")
     models = run.models.get("models") if isinstance(run.models.get("models"), list) else []
     opts = run.models.get("optimizers") if isinstance(run.models.get("optimizers"), list) else []
-    return Context(events=run.events, models=[m for m in models if isinstance(m, dict)],
-                   optimizers=[o for o in opts if isinstance(o, dict)], every=_count(every, 10),
-                   loss_window=_count(window, 10), thresholds=th)
+    return Context(
+        events=run.events,
+        models=[m for m in models if isinstance(m, dict)],
+        optimizers=[o for o in opts if isinstance(o, dict)],
+        every=_count(every, 10),
+        loss_window=_count(window, 10),
+        thresholds=th,
+    )
 
 
 def _count(value: object, default: int) -> int:
@@ -52,46 +59,71 @@ def _produced_by(setting: SettingCause, h: Hypothesis, slack: int) -> bool:
     return h.kind in setting.effects and _onset(h) > 0 and setting.in_force(_onset(h), slack, late)
 
 
-def name_setting(setting: SettingCause, hyps: list[Hypothesis], presence: float, slack: int,
-                 causes: Callable[[Hypothesis, Hypothesis], bool] = lambda a, b: False) -> Optional[int]:
+def name_setting(
+    setting: SettingCause,
+    hyps: list[Hypothesis],
+    presence: float,
+    slack: int,
+    causes: Callable[[Hypothesis, Hypothesis], bool] = lambda a, b: False,
+) -> int | None:
     """The hypothesis that states the setting: in the first of its tiers with a present one, the most upstream
     (none of the others `causes` it), then the earliest. Its summary names the setting; every hypothesis the
     setting produced gets its fix first. Returns its index, None when the setting produced none present."""
     named = None
     for tier in setting.tiers:
-        found = [i for i, h in enumerate(hyps)
-                 if h.kind in tier and h.confidence >= presence and _produced_by(setting, h, slack)]
+        found = [
+            i
+            for i, h in enumerate(hyps)
+            if h.kind in tier and h.confidence >= presence and _produced_by(setting, h, slack)
+        ]
         if found:
-            named = min(found, key=lambda i: (any(causes(hyps[j], hyps[i]) for j in found if j != i),
-                                              _onset(hyps[i]), tier.index(hyps[i].kind)))
+            named = min(
+                found,
+                key=lambda i: (
+                    any(causes(hyps[j], hyps[i]) for j in found if j != i),
+                    _onset(hyps[i]),
+                    tier.index(hyps[i].kind),
+                ),
+            )
             break
     if named is None:
         return None
-    for i, h in enumerate(hyps):
+    for h in hyps:
         if _produced_by(setting, h, slack):
-            h.suggestions = [setting.fix] + [s for s in h.suggestions
-                                             if s != setting.fix and setting.contradicts not in s]
+            h.suggestions = [setting.fix] + [
+                s for s in h.suggestions if s != setting.fix and setting.contradicts not in s
+            ]
     carrier = hyps[named]
     carrier.summary = f"{setting.statement[0].upper()}{setting.statement[1:]}. {carrier.summary}"
     carrier.evidence = setting.evidence + carrier.evidence
     return named
 
 
-def rank(hyps: list[Hypothesis], slack: int, loss_window: int = 0, presence: float = 0.5,
-         settings: Iterable[SettingCause] = (), position: Optional[Callable[[Origin], int]] = None
-         ) -> list[Hypothesis]:
+def rank(
+    hyps: list[Hypothesis],
+    slack: int,
+    loss_window: int = 0,
+    presence: float = 0.5,
+    settings: Iterable[SettingCause] = (),
+    position: Callable[[Origin], int] | None = None,
+) -> list[Hypothesis]:
     """The causal model. B is a consequence of A when A is present (confidence >= `presence`), A's kind can
     cause B's (rules.CAUSES; and a wrong setting makes the hypothesis that names it a cause of the others it
     produced) and A began no later than B (within `slack` steps, plus `loss_window` for a cause the table
     dates late; a cause that needs training explains nothing present at step 0). Hypotheses are listed
     causes before their consequences, then by confidence, then by onset and forward position; a consequence
     names its first cause in `caused_by`, and its confidence (presence) is left as it is."""
+
     def causes(cause: Hypothesis, effect: Hypothesis) -> bool:
         """The table's link: present, a kind that can cause the other's, and no later (see above)."""
         entry = CAUSES.get(cause.kind)
-        return (entry is not None and cause.confidence >= presence and effect.kind in entry.effects
-                and not (entry.needs_training and not effect.origin.step)
-                and _onset(cause) <= _onset(effect) + slack + (loss_window if entry.dated_late else 0))
+        return (
+            entry is not None
+            and cause.confidence >= presence
+            and effect.kind in entry.effects
+            and not (entry.needs_training and not effect.origin.step)
+            and _onset(cause) <= _onset(effect) + slack + (loss_window if entry.dated_late else 0)
+        )
 
     links: list[tuple[int, int]] = []  # (cause, consequence) indexes, the preferred cause first
     for setting in settings:
@@ -112,8 +144,10 @@ def rank(hyps: list[Hypothesis], slack: int, loss_window: int = 0, presence: flo
             h.summary += f" Likely a consequence of {h.caused_by.value}."
 
     where = position or (lambda origin: 0)
-    key = [(-h.confidence, h.origin.step if h.origin.step is not None else _LATE, where(h.origin), j)
-           for j, h in enumerate(hyps)]
+    key = [
+        (-h.confidence, h.origin.step if h.origin.step is not None else _LATE, where(h.origin), j)
+        for j, h in enumerate(hyps)
+    ]
     waiting = [len(p) for p in parents]
     ready = [key[j] for j in range(len(hyps)) if not waiting[j]]
     heapq.heapify(ready)
@@ -159,25 +193,44 @@ def explain(run: RunData, min_confidence: float = 0.5) -> Report:
     ctx = build_context(run)
     hyps = [h for h in (rule(ctx) for rule in RULES) if h is not None]
     settings = [s for s in (find(ctx) for find in SETTINGS) if s is not None]
-    hyps = rank(hyps, slack=ctx.every, loss_window=ctx.loss_window, presence=min_confidence, settings=settings,
-                position=lambda o: ctx.position(o.root, o.module))
+    hyps = rank(
+        hyps,
+        slack=ctx.every,
+        loss_window=ctx.loss_window,
+        presence=min_confidence,
+        settings=settings,
+        position=lambda o: ctx.position(o.root, o.module),
+    )
     steps = steps_observed(run)
     warnings = list(run.warnings)
     state = run.meta.get("status")
     if state == "running" or (run.meta and "exit_status" not in run.meta):
-        warnings.append("the run was cut short (killed before neuraldbg could record its end); "
-                        "this explains what was observed up to then")
+        warnings.append(
+            "the run was cut short (killed before neuraldbg could record its end); "
+            "this explains what was observed up to then"
+        )
     if steps == 0 and not hyps:
         status = "no_training_observed"
     elif any(h.confidence >= min_confidence for h in hyps):
         status = "problems_found"
     else:
         status = "healthy"
-    models = [ModelSummary(name=str(m.get("name")), modules=int(m.get("n_modules") or 0),
-                           parameters=int(m.get("n_params") or 0)) for m in ctx.models]
+    models = [
+        ModelSummary(
+            name=str(m.get("name")), modules=int(m.get("n_modules") or 0), parameters=int(m.get("n_params") or 0)
+        )
+        for m in ctx.models
+    ]
     run_info = {k: run.meta.get(k) for k in ("script", "exit_status", "status", "start", "end") if k in run.meta}
-    return Report(run_dir=str(run.dir), status=status, steps_observed=steps, models=models, hypotheses=hyps,
-                  warnings=warnings, run=run_info)
+    return Report(
+        run_dir=str(run.dir),
+        status=status,
+        steps_observed=steps,
+        models=models,
+        hypotheses=hyps,
+        warnings=warnings,
+        run=run_info,
+    )
 
 
 def explain_job(job: JobData, min_confidence: float = 0.5) -> Report:
@@ -188,11 +241,13 @@ def explain_job(job: JobData, min_confidence: float = 0.5) -> Report:
     reports = [(run.rank or 0, explain(run, min_confidence)) for run in job.runs]
     th = build_context(job.runs[0]).thresholds
     extra = [h for h in (crossrank.divergence(job.runs, th), crossrank.desync(job.runs, th)) if h is not None]
-    hyps = crossrank.place(crossrank.merge([(r, rep.hypotheses) for r, rep in reports], min_confidence), extra,
-                           min_confidence)
+    hyps = crossrank.place(
+        crossrank.merge([(r, rep.hypotheses) for r, rep in reports], min_confidence), extra, min_confidence
+    )
     lead = reports[0][1]
-    warnings = list(job.warnings) + list(dict.fromkeys(
-        w if w.startswith("rank ") else f"rank {r}: {w}" for r, rep in reports for w in rep.warnings))
+    warnings = list(job.warnings) + list(
+        dict.fromkeys(w if w.startswith("rank ") else f"rank {r}: {w}" for r, rep in reports for w in rep.warnings)
+    )
     if any(h.confidence >= min_confidence for h in hyps):
         status = "problems_found"
     elif all(rep.status == "no_training_observed" for _, rep in reports):
@@ -200,20 +255,33 @@ def explain_job(job: JobData, min_confidence: float = 0.5) -> Report:
     else:
         status = "healthy"
     meta = job.meta or job.runs[0].meta
-    ranks = {str(run.rank): {k: run.meta.get(k) for k in ("host", "exit_status", "status", "steps_observed")
-                             if k in run.meta} for run in job.runs}
+    ranks = {
+        str(run.rank): {
+            k: run.meta.get(k) for k in ("host", "exit_status", "status", "steps_observed") if k in run.meta
+        }
+        for run in job.runs
+    }
     run_info = {k: meta.get(k) for k in ("script", "exit_status", "status", "start", "end") if k in meta}
     run_info.update(world_size=meta.get("world_size", len(job.runs)), ranks=ranks)
-    return Report(run_dir=", ".join(map(str, job.dirs)), status=status,
-                  steps_observed=max(rep.steps_observed for _, rep in reports), models=lead.models, hypotheses=hyps,
-                  warnings=warnings, run=run_info)
+    return Report(
+        run_dir=", ".join(map(str, job.dirs)),
+        status=status,
+        steps_observed=max(rep.steps_observed for _, rep in reports),
+        models=lead.models,
+        hypotheses=hyps,
+        warnings=warnings,
+        run=run_info,
+    )
 
 
 def failing_kinds(report: Report, fail_on: list[str], min_confidence: float) -> list[str]:
     """Kinds named by --fail-on ('any' = all) that reach min_confidence in this report."""
-    wanted: Optional[set[str]] = None if "any" in fail_on else set(fail_on)
-    return [h.kind.value for h in report.hypotheses
-            if h.confidence >= min_confidence and (wanted is None or h.kind.value in wanted)]
+    wanted: set[str] | None = None if "any" in fail_on else set(fail_on)
+    return [
+        h.kind.value
+        for h in report.hypotheses
+        if h.confidence >= min_confidence and (wanted is None or h.kind.value in wanted)
+    ]
 
 
 def verdict_lines(report: Report, min_confidence: float, limit: int = 3) -> list[str]:
@@ -231,4 +299,3 @@ def kinds_checked(fail_on: list[str]) -> list[Kind]:
     if not fail_on or "any" in fail_on:
         return list(Kind)
     return [Kind(k) for k in fail_on]
-

@@ -6,11 +6,13 @@ weak dictionaries, and parameters (tensors compare elementwise, so they cannot b
 keyed by id() with a weak reference that says which object the id meant. Deaths are noted by weakref
 callbacks (which run wherever the garbage collector does) and applied at `settle()`, called before every
 lookup that could see a reused id."""
+
 from __future__ import annotations
 
 import weakref
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -24,7 +26,7 @@ class Registry:
     def __init__(self, on_death: Callable[[], None] = lambda: None) -> None:
         self.roots: list[Root] = []  # every root seen: a dead one's description stays for the trace
         self.live: list[Root] = []  # replaced, never mutated (a callback may run while someone iterates it)
-        self.index: "weakref.WeakKeyDictionary[torch.nn.Module, tuple[Root, str]]" = weakref.WeakKeyDictionary()
+        self.index: weakref.WeakKeyDictionary[torch.nn.Module, tuple[Root, str]] = weakref.WeakKeyDictionary()
         self.pinfo: dict[int, tuple[str, str]] = {}  # id(param) -> (root name, module name)
         self._prefs: dict[int, tuple] = {}  # id(param) -> (ref: the parameter that id means, root, module name, numel)
         self._dead: list[tuple[str, Any]] = []  # appended by weakref callbacks, applied by settle()

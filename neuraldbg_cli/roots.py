@@ -1,11 +1,13 @@
 """Root models and their names: which model a module belongs to, and what each of its modules is observed
 for. A root is decided once, when it is first called (or compiled), so the per-call hooks only look it up;
 `rescan_root` lets parameters unfrozen later join in."""
+
 from __future__ import annotations
 
 import gc
 import weakref
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -15,7 +17,7 @@ from neuraldbg_cli.tensorstats import CHEAP_ONLY, DEAD, FINITE_PRESERVING, NORMS
 PARAMS, SAFE, OTHER = 0, 1, 2  # an observed module: has parameters; finite-preserving; anything else
 
 
-def first_float(obj: Any, depth: int = 0) -> Optional[torch.Tensor]:
+def first_float(obj: Any, depth: int = 0) -> torch.Tensor | None:
     """The primary floating tensor of a module output (tensor, tuple, list, dict, dataclass-ish)."""
     if isinstance(obj, torch.Tensor):
         return obj if obj.is_floating_point() and obj.layout == torch.strided else None
@@ -38,8 +40,12 @@ def first_float(obj: Any, depth: int = 0) -> Optional[torch.Tensor]:
 
 # Wrappers that hold the user's model as one child: the attribute it is under. Their names are not the user's
 # (`module.0`, `_orig_mod.fc`), so a root is named from inside them and the wrappers are only listed.
-WRAPPERS = {"OptimizedModule": "_orig_mod", "DistributedDataParallel": "module", "DataParallel": "module",
-            "FullyShardedDataParallel": "_fsdp_wrapped_module"}
+WRAPPERS = {
+    "OptimizedModule": "_orig_mod",
+    "DistributedDataParallel": "module",
+    "DataParallel": "module",
+    "FullyShardedDataParallel": "_fsdp_wrapped_module",
+}
 # Name segments that wrappers insert inside a model (FSDP's nested units, activation checkpointing)
 WRAPPER_SEGMENTS = ("_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod")
 
@@ -73,7 +79,7 @@ def user_name(name: str) -> str:
     return ".".join(part for part in name.split(".") if part not in WRAPPER_SEGMENTS)
 
 
-def find_owner(module: torch.nn.Module) -> Optional[torch.nn.Module]:
+def find_owner(module: torch.nn.Module) -> torch.nn.Module | None:
     """The model a part belongs to when the script calls `model.generator(z)` but never `model(...)`: the
     largest topmost nn.Module that has it among its submodules, so modules are named `generator.0` as in the
     model's named_modules(); None when it is part of no other module. Runs once per new root. Found by walking
@@ -105,8 +111,11 @@ def _is_module(obj: Any) -> bool:
 def _parents(children: list) -> dict[int, list]:
     """id(child) -> the modules that hold it in their `_modules` (one referrer scan per link of the chain:
     child <- _modules dict <- the parent, or <- the parent's __dict__ <- the parent)."""
-    dicts = [r for r in gc.get_referrers(*children)
-             if type(r) is dict and r and all(v is None or _is_module(v) for v in r.values())]
+    dicts = [
+        r
+        for r in gc.get_referrers(*children)
+        if type(r) is dict and r and all(v is None or _is_module(v) for v in r.values())
+    ]
     if not dicts:
         return {}
     ids = {id(d) for d in dicts}
@@ -129,12 +138,12 @@ class Root:
     Holds its model, modules and parameters only weakly: neuraldbg keeps no model alive, and a dead model's
     `params` are empty (its description stays, for the trace)."""
 
-    def __init__(self, name: str, module: torch.nn.Module, on_death: Optional[Callable[[Any], None]] = None) -> None:
+    def __init__(self, name: str, module: torch.nn.Module, on_death: Callable[[Any], None] | None = None) -> None:
         self.name = name
         self.ref = weakref.ref(module, on_death)
         self.cls = type(module).__name__
         # module -> (name, flags, kind, key) when observed; its name (str) for a container (no params or compute)
-        self.observed: "weakref.WeakKeyDictionary[torch.nn.Module, Any]" = weakref.WeakKeyDictionary()
+        self.observed: weakref.WeakKeyDictionary[torch.nn.Module, Any] = weakref.WeakKeyDictionary()
         self.modules: dict[str, ModuleInfo] = {}
         self.prefs: list[tuple[str, weakref.ref]] = []  # trainable parameters, deduplicated: (module name, ref)
         self.order: list[str] = []
@@ -160,8 +169,15 @@ class Root:
         for name, p in self.params:
             if id(p) in optimized:
                 self.modules[name].in_optimizer = True
-        return ModelInfo(name=self.name, cls=self.cls, modules=self.modules, n_modules=self.n_modules,
-                         n_params=self.n_params, order=list(self.order), wrappers=list(self.wrappers))
+        return ModelInfo(
+            name=self.name,
+            cls=self.cls,
+            modules=self.modules,
+            n_modules=self.n_modules,
+            n_params=self.n_params,
+            order=list(self.order),
+            wrappers=list(self.wrappers),
+        )
 
 
 def _observe(root: Root, name: str, m: torch.nn.Module, own: bool) -> None:
@@ -193,7 +209,7 @@ def _describe(root: Root, name: str, m: torch.nn.Module, fresh: list) -> None:
 Claim = Callable[[Root, str, torch.nn.Parameter], bool]
 
 
-def scan_root(root: Root, module: torch.nn.Module, index: "weakref.WeakKeyDictionary", claim: Claim) -> None:
+def scan_root(root: Root, module: torch.nn.Module, index: weakref.WeakKeyDictionary, claim: Claim) -> None:
     """A new root's modules: each goes into `index` (unless another root has it), and is observed as
     `_observe` decides, once; `claim(root, name, p)` takes each trainable parameter no other root has."""
     for name, m in module.named_modules():
@@ -207,8 +223,9 @@ def scan_root(root: Root, module: torch.nn.Module, index: "weakref.WeakKeyDictio
             _describe(root, name, m, [p for p in own if claim(root, name, p)])
 
 
-def rescan_root(root: Root, index: "weakref.WeakKeyDictionary", claim: Claim,
-                claimed: Callable[[torch.nn.Parameter], bool]) -> bool:
+def rescan_root(
+    root: Root, index: weakref.WeakKeyDictionary, claim: Claim, claimed: Callable[[torch.nn.Parameter], bool]
+) -> bool:
     """Parameters unfrozen or added after the model was first seen (staged fine-tuning, a replaced head)
     join in; a sampled step is often enough for that. True when any did."""
     module = root.ref()

@@ -5,17 +5,26 @@ work is memory-bound, so each function reads a tensor as few times as possible (
 numbers): a layer output costs two reductions (sum, sum of squares), an activation adds min/max and a
 per-unit max for dead units; the rest (min, the fractions of exact zeros and of values near a rail) is
 measured on a fixed-size sample of the tensor, which is all a fraction compared with a threshold needs."""
+
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple
 
 import torch
 
 from neuraldbg_cli.events import ActStats
-from neuraldbg_cli.vocab import (CHANNEL_FIRST_TYPES, FEATURES_LAST_TYPES, FINITE_PRESERVING_TYPES, NORM_TYPES,
-                                 RELU_TYPES, SAT01_TYPES, SAT11_TYPES, SATURATING_TYPES)
+from neuraldbg_cli.vocab import (
+    CHANNEL_FIRST_TYPES,
+    FEATURES_LAST_TYPES,
+    FINITE_PRESERVING_TYPES,
+    NORM_TYPES,
+    RELU_TYPES,
+    SAT01_TYPES,
+    SAT11_TYPES,
+    SATURATING_TYPES,
+)
 
 # which statistics a site needs, beyond sum / sum of squares / min / max
 DEAD, SAT01, SAT11, EXACT = 1, 2, 4, 8  # units never > 0; near 0 or 1; near -1 or 1; two-pass std + finite count
@@ -33,7 +42,7 @@ SAT_FLAGS = {t: (SAT01 if t in SAT01_TYPES else 0) | (SAT11 if t in SAT11_TYPES 
 RELU_LIKE, NORMS, FINITE_PRESERVING = RELU_TYPES, NORM_TYPES, FINITE_PRESERVING_TYPES
 
 
-def unit_axis_flags(layer_type: Optional[str]) -> int:
+def unit_axis_flags(layer_type: str | None) -> int:
     """CHANNEL_FIRST / FEATURES_LAST for an activation that follows a module of this type (0: unknown)."""
     if layer_type in CHANNEL_FIRST_TYPES:
         return CHANNEL_FIRST
@@ -94,8 +103,12 @@ def full(x: torch.Tensor, flags: int) -> tuple[list[torch.Tensor], Layout]:
     s = flat.sum()
     if flags & EXACT:
         centred = torch.sub(flat, s, alpha=1.0 / n)
-        out = [s, torch.linalg.vector_norm(centred), *torch.aminmax(flat),
-               torch.add(_one(x.device), flat, alpha=0, out=centred).nansum()]  # 1 + 0*x: NaN unless finite
+        out = [
+            s,
+            torch.linalg.vector_norm(centred),
+            *torch.aminmax(flat),
+            torch.add(_one(x.device), flat, alpha=0, out=centred).nansum(),
+        ]  # 1 + 0*x: NaN unless finite
         return out, Layout(n, n, 0, flags)
     if not flags & (DEAD | SAT):  # a layer's output: only the mean and std are judged (min/max: NaN)
         return [s, torch.dot(flat, flat)], Layout(n, n, 0, flags)
@@ -181,7 +194,7 @@ def local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if is_sharded(t) else t
 
 
-def local_parts(tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], Optional[list[float]]]:
+def local_parts(tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[float] | None]:
     """Sharded tensors -> their local shards, and per tensor the factor that takes a shard's norm to an estimate
     of the whole tensor's (the shards of one parameter look alike, as a gradient sample's parts do); None
     when nothing is sharded."""
@@ -196,7 +209,7 @@ def holds(p: torch.Tensor) -> bool:
     return local(p).numel() > 0
 
 
-def bit_views(params: list[torch.Tensor]) -> list[Optional[torch.Tensor]]:
+def bit_views(params: list[torch.Tensor]) -> list[torch.Tensor | None]:
     """Integer views of each tensor's bits, for `checksums` (None for a dtype without one)."""
     out = []
     for p in params:
@@ -205,14 +218,15 @@ def bit_views(params: list[torch.Tensor]) -> list[Optional[torch.Tensor]]:
     return out
 
 
-def checksums(views: list[Optional[torch.Tensor]]) -> Union[torch.Tensor, list[torch.Tensor]]:
+def checksums(views: list[torch.Tensor | None]) -> torch.Tensor | list[torch.Tensor]:
     """An exact change detector per tensor: the wrapping integer sum of its bit patterns (24 bits). Any
     change to any element changes it unless the changes cancel exactly (about 1 in 16 million), where a
     float norm absorbs updates far below its resolution (lr=1e-6: a 1e-6 relative step per weight). One
     read of the tensor, as fast as a float sum. A tensor without an integer view gets NaN (never equal to
     anything: it always counts as changed). One vector, or 0-d tensors when devices or widths differ."""
-    sums = [v.sum(dtype=torch.int64 if v.dtype is torch.int64 else torch.int32) if v is not None else None
-            for v in views]
+    sums = [
+        v.sum(dtype=torch.int64 if v.dtype is torch.int64 else torch.int32) if v is not None else None for v in views
+    ]
     try:
         if all(s is not None for s in sums) and len({s.dtype for s in sums}) == 1:
             return _fold(torch.stack(sums))  # type: ignore[arg-type]
@@ -238,7 +252,7 @@ def host_values(tensors: list[torch.Tensor]) -> list[float]:
         flat = torch.cat([torch.stack(scalars).float(), *vectors] if scalars else vectors).tolist()
     except RuntimeError:  # on more than one device
         flat = _scalars_home(scalars) + [v for vec in vectors for v in vec.tolist()]
-    head, tail = iter(flat[:len(scalars)]), iter(flat[len(scalars):])
+    head, tail = iter(flat[: len(scalars)]), iter(flat[len(scalars) :])
     return [v for t in tensors for v in ([next(head)] if not t.dim() else [next(tail) for _ in range(t.numel())])]
 
 

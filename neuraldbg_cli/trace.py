@@ -4,15 +4,17 @@ Writing: every line goes out in one unbuffered write, so a process killed at any
 leaves only whole lines plus at most one cut-short last line. Reading: tolerant and bounded; bad input
 becomes a NeuraldbgError (one line, exit 2) or a warning when the rest is usable. Trace data is only
 ever parsed as JSON, never evaluated or unpickled."""
+
 from __future__ import annotations
 
 import gc
 import os
 import re
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any
 
 import msgspec
 import orjson
@@ -31,7 +33,7 @@ def _dumps(obj: Any) -> bytes:
     return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY, default=str)
 
 
-def rank_file(name: str, rank: Optional[int]) -> str:
+def rank_file(name: str, rank: int | None) -> str:
     """A per-rank file of a distributed run: events.jsonl -> events.rank1.jsonl (unchanged without a rank)."""
     if rank is None:
         return name
@@ -43,7 +45,7 @@ class RunWriter:
     """Owns the files of one run (of one rank, in a distributed run: its own files, created exclusively, so
     two processes never write one file). Writes only from the process that created it (not forked children)."""
 
-    def __init__(self, run_dir: Path, rank: Optional[int] = None) -> None:
+    def __init__(self, run_dir: Path, rank: int | None = None) -> None:
         self.dir = run_dir
         self.rank = rank
         self.pid = os.getpid()
@@ -85,7 +87,7 @@ def _write_all(f: Any, data: bytes) -> None:
     """An unbuffered write can be short (a nearly full disk, a signal): finish the line, or raise."""
     view = memoryview(data)
     while view:
-        view = view[f.write(view):]
+        view = view[f.write(view) :]
 
 
 def point_latest(run_dir: Path) -> None:
@@ -117,7 +119,7 @@ class RunData:
     events: list[SemanticEvent]
     models: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    rank: Optional[int] = None
+    rank: int | None = None
     stats: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -193,7 +195,7 @@ def _read_json_file(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, Optional[bytes], bool]]:
+def iter_lines(path: Path) -> Iterator[tuple[int, bytes | None, bool]]:
     """(line number, bytes or None when too long, ends with newline). Memory bounded by MAX_LINE."""
     with open(path, "rb") as f:
         n = 0
@@ -210,13 +212,13 @@ def iter_lines(path: Path) -> Iterator[tuple[int, Optional[bytes], bool]]:
             yield n, line, line.endswith(b"\n")
 
 
-def iter_blocks(path: Path) -> Iterator[tuple[int, Optional[bytes], bool]]:
+def iter_blocks(path: Path) -> Iterator[tuple[int, bytes | None, bool]]:
     """The file a block of whole lines at a time, unsplit: (number of the first line, the lines with their
     newlines, True), or (n, None, True) for one line over MAX_LINE, or (n, the line, False) for a cut-short
     last line. Memory bounded by 2 * MAX_LINE."""
     with open(path, "rb") as f:
         n = 1
-        head: Optional[bytes] = b""  # the unfinished line so far; None once it is over MAX_LINE
+        head: bytes | None = b""  # the unfinished line so far; None once it is over MAX_LINE
         while block := f.read(MAX_LINE):  # lines inside a block are no longer than MAX_LINE
             end = block.rfind(b"\n") + 1
             if not end:  # the line goes on
@@ -226,7 +228,7 @@ def iter_blocks(path: Path) -> Iterator[tuple[int, Optional[bytes], bool]]:
             if head is None or len(head) + first > MAX_LINE:
                 yield n, None, True
                 n += 1
-                body = block[first + 1:end]
+                body = block[first + 1 : end]
             else:
                 body = head + block[:end] if head else block[:end]
             head = block[end:]
@@ -239,7 +241,7 @@ def iter_blocks(path: Path) -> Iterator[tuple[int, Optional[bytes], bool]]:
             yield n, head, False
 
 
-def split_block(body: Optional[bytes], complete: bool) -> list[Optional[bytes]]:
+def split_block(body: bytes | None, complete: bool) -> list[bytes | None]:
     """An iter_blocks block as the lines iter_lines would give, without their newlines (None: over-long)."""
     return [None] if body is None else body[:-1].split(b"\n") if complete else [body]
 
@@ -292,7 +294,7 @@ class _EventReader:
         self.events += events
         return True
 
-    def _lines(self, first: int, lines: list[Optional[bytes]], complete: bool) -> bool:
+    def _lines(self, first: int, lines: list[bytes | None], complete: bool) -> bool:
         """Line by line, in line order, each bad line worded in a warning; False when MAX_EVENTS is reached.
         `complete`: False for a cut-short last line."""
         path = self.path.name
@@ -301,8 +303,8 @@ class _EventReader:
                 self.bad += 1
                 _warn(self.warnings, f"line {n} of {path} is over {MAX_LINE} bytes; skipped")
                 continue
-            ev: Optional[SemanticEvent] = None
-            obj: Optional[dict[str, Any]] = None
+            ev: SemanticEvent | None = None
+            obj: dict[str, Any] | None = None
             try:
                 ev = _decode(line)  # one value per line: a line with two objects or none is an error
             except msgspec.DecodeError:
@@ -319,7 +321,7 @@ class _EventReader:
                 self.events.append(ev)
         return True
 
-    def _object(self, n: int, line: bytes, complete: bool) -> Optional[dict[str, Any]]:
+    def _object(self, n: int, line: bytes, complete: bool) -> dict[str, Any] | None:
         """The JSON object a line that is no event holds, to say what is wrong with it; None (with a warning
         unless the line is blank) when it holds none. An event schema this neuraldbg does not know stops the
         read."""
@@ -342,7 +344,7 @@ class _EventReader:
         _check_schema(self.path, obj.get("schema"))
         return obj
 
-    def _validate(self, n: int, obj: dict[str, Any]) -> Optional[SemanticEvent]:
+    def _validate(self, n: int, obj: dict[str, Any]) -> SemanticEvent | None:
         """The event, or None with msgspec's reason in a warning (a step beyond 64 bits said as such)."""
         step = obj.get("step")
         if type(step) is int and not 0 <= step <= MAX_STEP:
@@ -364,8 +366,10 @@ def _check_schema(path: Path, schema: Any) -> None:
 
 
 def _unknown_schema(path: Path, schema: Any) -> None:
-    raise NeuraldbgError(f"neuraldbg: {path} uses event schema {str(schema)[:60]!r}, which this neuraldbg "
-                         f"does not know (it reads {', '.join(sorted(SUPPORTED_EVENT_SCHEMAS))}); upgrade neuraldbg")
+    raise NeuraldbgError(
+        f"neuraldbg: {path} uses event schema {str(schema)[:60]!r}, which this neuraldbg "
+        f"does not know (it reads {', '.join(sorted(SUPPORTED_EVENT_SCHEMAS))}); upgrade neuraldbg"
+    )
 
 
 def _warn(warnings: list[str], msg: str) -> None:
@@ -380,8 +384,11 @@ def read_run(run_dir: Path) -> RunData:
     ranks = ranks_in(resolved)
     run = _read_one(resolved, Path(run_dir), ranks[0] if ranks else None)
     if ranks:
-        run.warnings.insert(0, f"a distributed run of ranks {_span(ranks)}: this shows rank {ranks[0]}; "
-                               "`neuraldbg explain` merges all ranks")
+        run.warnings.insert(
+            0,
+            f"a distributed run of ranks {_span(ranks)}: this shows rank {ranks[0]}; "
+            "`neuraldbg explain` merges all ranks",
+        )
     return run
 
 
@@ -396,8 +403,10 @@ def read_job(run_dirs: list[Path], stats_limit: int = 20_000) -> JobData:
         ranks = ranks_in(resolved)
         if not ranks:
             if len(run_dirs) > 1:
-                raise NeuraldbgError(f"neuraldbg: {run_dir} is a single-process run; only the directories of one "
-                                     "torchrun job can be explained together")
+                raise NeuraldbgError(
+                    f"neuraldbg: {run_dir} is a single-process run; only the directories of one "
+                    "torchrun job can be explained together"
+                )
             return JobData(dirs=[Path(run_dir)], runs=[_read_one(resolved, Path(run_dir), None)])
         if not meta and _is_file(resolved / META):
             meta = _read_json_file(resolved / META, "meta.json")
@@ -416,18 +425,23 @@ def read_job(run_dirs: list[Path], stats_limit: int = 20_000) -> JobData:
 
 
 def _span(ranks: list[int]) -> str:
-    return f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)) \
+    return (
+        f"{ranks[0]}-{ranks[-1]}"
+        if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1))
         else ", ".join(map(str, ranks))
+    )
 
 
-def _read_one(resolved: Path, run_dir: Path, rank: Optional[int]) -> RunData:
+def _read_one(resolved: Path, run_dir: Path, rank: int | None) -> RunData:
     """One process's trace: meta, events and model of a single-process run, or of one rank."""
     meta_name, events_name = rank_file(META, rank), rank_file(EVENTS, rank)
     meta = _read_json_file(resolved / meta_name, meta_name)
     schema = meta.get("schema")
     if schema is not None and schema != META_SCHEMA:
-        raise NeuraldbgError(f"neuraldbg: {run_dir}/{meta_name} has schema {str(schema)[:60]!r}; this neuraldbg "
-                             f"reads {META_SCHEMA}; upgrade neuraldbg")
+        raise NeuraldbgError(
+            f"neuraldbg: {run_dir}/{meta_name} has schema {str(schema)[:60]!r}; this neuraldbg "
+            f"reads {META_SCHEMA}; upgrade neuraldbg"
+        )
     warnings: list[str] = []
     if not meta:
         warnings.append(f"{meta_name} is missing or empty (the run was killed as it started?)")
@@ -450,8 +464,10 @@ def _read_one(resolved: Path, run_dir: Path, rank: Optional[int]) -> RunData:
     code = meta.get("exit_status")
     who = "the script" if rank is None else f"rank {rank}'s script"
     if meta.get("status") == "stopped":
-        warnings.append(f"{who.replace('the script', 'the run')} was stopped by --stop-on after step "
-                        f"{meta.get('stopped_at')}; this explains what was observed up to then")
+        warnings.append(
+            f"{who.replace('the script', 'the run')} was stopped by --stop-on after step "
+            f"{meta.get('stopped_at')}; this explains what was observed up to then"
+        )
     elif isinstance(code, int) and code != 0:
         how = {130: "was interrupted (Ctrl-C)", 143: "was terminated (SIGTERM)"}.get(code, "failed")
         warnings.append(f"{who} {how}, exit status {code}; this explains what was observed up to then")
@@ -464,10 +480,29 @@ def _read_one(resolved: Path, run_dir: Path, rank: Optional[int]) -> RunData:
 
 # What the reasoner reads from meta.json and model.json, with the JSON type each must have: a field of
 # another type (a hand-edited or corrupt file) is dropped with a warning instead of failing later.
-META_FIELDS = {"status": str, "script": str, "start": str, "end": str, "exit_status": int, "steps_observed": int,
-               "settings": dict, "rank": int, "world_size": int, "job": str, "host": str, "stopped_at": int}
-MODEL_FIELDS = {"name": str, "class": str, "n_modules": int, "n_params": int, "order": list, "modules": dict,
-                "wrappers": list}
+META_FIELDS = {
+    "status": str,
+    "script": str,
+    "start": str,
+    "end": str,
+    "exit_status": int,
+    "steps_observed": int,
+    "settings": dict,
+    "rank": int,
+    "world_size": int,
+    "job": str,
+    "host": str,
+    "stopped_at": int,
+}
+MODEL_FIELDS = {
+    "name": str,
+    "class": str,
+    "n_modules": int,
+    "n_params": int,
+    "order": list,
+    "modules": dict,
+    "wrappers": list,
+}
 OPTIMIZER_FIELDS = {"type": str, "groups": list, "params": int}
 
 
@@ -475,8 +510,11 @@ def _drop_mistyped(obj: dict[str, Any], fields: dict[str, type], where: str, war
     out = dict(obj)
     for key, typ in fields.items():
         value = out.get(key)
-        if key not in out or isinstance(value, typ) and not (typ is int and (isinstance(value, bool)
-                                                                             or abs(value) >= MAX_INT)):
+        if (
+            key not in out
+            or isinstance(value, typ)
+            and not (typ is int and (isinstance(value, bool) or abs(value) >= MAX_INT))
+        ):
             continue
         del out[key]
         _warn(warnings, f"{where}: {key!r} has the wrong type; ignored it")
@@ -494,8 +532,11 @@ def _clean_models(doc: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
         if isinstance(m, dict):
             m = _drop_mistyped(m, MODEL_FIELDS, "model.json", warnings)
             m["order"] = [n for n in m.get("order", []) if isinstance(n, str)]
-            m["modules"] = {n: i for n, i in m.get("modules", {}).items() if isinstance(i, dict)
-                            and isinstance(i.get("type", ""), str)}
+            m["modules"] = {
+                n: i
+                for n, i in m.get("modules", {}).items()
+                if isinstance(i, dict) and isinstance(i.get("type", ""), str)
+            }
             out["models"].append(m)
     for o in optimizers:
         if isinstance(o, dict):
@@ -505,7 +546,7 @@ def _clean_models(doc: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
     return out
 
 
-def _last_row_step(path: Path) -> Optional[int]:
+def _last_row_step(path: Path) -> int | None:
     """`step` of the last complete row of a JSONL file, read from its tail only (bounded memory)."""
     try:
         if not _is_file(path):
@@ -516,7 +557,7 @@ def _last_row_step(path: Path) -> Optional[int]:
             lines = f.read().split(b"\n")
     except (OSError, NeuraldbgError):
         return None
-    for line in reversed(lines[1 if start else 0:-1]):  # the first may be cut by the seek, the last unfinished
+    for line in reversed(lines[1 if start else 0 : -1]):  # the first may be cut by the seek, the last unfinished
         try:
             step = orjson.loads(line).get("step")
         except (orjson.JSONDecodeError, AttributeError):
@@ -526,7 +567,7 @@ def _last_row_step(path: Path) -> Optional[int]:
     return None
 
 
-def read_stats(run_dir: Path, limit: int = 200_000, rank: Optional[int] = None) -> list[dict[str, Any]]:
+def read_stats(run_dir: Path, limit: int = 200_000, rank: int | None = None) -> list[dict[str, Any]]:
     """Sampled statistics for plots; tolerant like read_events, bounded by `limit` rows. Of a distributed run,
     `rank`'s (by default the lowest rank's)."""
     if rank is None:
@@ -551,4 +592,3 @@ def read_stats(run_dir: Path, limit: int = 200_000, rank: Optional[int] = None) 
             if len(rows) >= limit:
                 break
     return rows
-

@@ -1,13 +1,32 @@
 """Shared, torch-free vocabulary about PyTorch module and optimizer types (class names as strings), so that the
 probes, the monitor and the reasoner agree on what a normalisation layer or a saturating activation is. Each
 table is written once here; tensorstats and roots derive what to measure from it, rules what to advise."""
+
 from __future__ import annotations
 
 # normalisation layers of torch.nn (their output scale is what they control)
-NORM_TYPES = frozenset({"BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "LazyBatchNorm1d",
-                        "LazyBatchNorm2d", "LazyBatchNorm3d", "LayerNorm", "GroupNorm", "RMSNorm",
-                        "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LazyInstanceNorm1d",
-                        "LazyInstanceNorm2d", "LazyInstanceNorm3d", "LocalResponseNorm", "CrossMapLRN2d"})
+NORM_TYPES = frozenset(
+    {
+        "BatchNorm1d",
+        "BatchNorm2d",
+        "BatchNorm3d",
+        "SyncBatchNorm",
+        "LazyBatchNorm1d",
+        "LazyBatchNorm2d",
+        "LazyBatchNorm3d",
+        "LayerNorm",
+        "GroupNorm",
+        "RMSNorm",
+        "InstanceNorm1d",
+        "InstanceNorm2d",
+        "InstanceNorm3d",
+        "LazyInstanceNorm1d",
+        "LazyInstanceNorm2d",
+        "LazyInstanceNorm3d",
+        "LocalResponseNorm",
+        "CrossMapLRN2d",
+    }
+)
 # activations that output exact zeros below a threshold: their units can die
 RELU_TYPES = frozenset({"ReLU", "ReLU6", "Threshold", "RReLU"})
 # bounded activations: their derivative is <= 0.25 (sigmoid) or 0 at the rails. Judged at the rails 0 and 1
@@ -16,33 +35,113 @@ SAT01_TYPES = frozenset({"Sigmoid", "Hardsigmoid", "LogSigmoid", "Tanhshrink"})
 SAT11_TYPES = frozenset({"Tanh", "Hardtanh", "Softsign", "LogSigmoid", "Tanhshrink"})
 SATURATING_TYPES = SAT01_TYPES | SAT11_TYPES
 # modules whose output is finite whenever their input is
-FINITE_PRESERVING_TYPES = RELU_TYPES | SATURATING_TYPES | {
-    "LeakyReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Hardswish", "Softplus", "Softshrink",
-    "Hardshrink", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout",
-    "Identity", "Flatten", "Unflatten", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AdaptiveMaxPool1d",
-    "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "Softmax", "Softmax2d", "LogSoftmax", "Softmin"}
+FINITE_PRESERVING_TYPES = (
+    RELU_TYPES
+    | SATURATING_TYPES
+    | {
+        "LeakyReLU",
+        "ELU",
+        "SELU",
+        "CELU",
+        "GELU",
+        "SiLU",
+        "Mish",
+        "Hardswish",
+        "Softplus",
+        "Softshrink",
+        "Hardshrink",
+        "Dropout",
+        "Dropout1d",
+        "Dropout2d",
+        "Dropout3d",
+        "AlphaDropout",
+        "FeatureAlphaDropout",
+        "Identity",
+        "Flatten",
+        "Unflatten",
+        "MaxPool1d",
+        "MaxPool2d",
+        "MaxPool3d",
+        "AdaptiveMaxPool1d",
+        "AdaptiveMaxPool2d",
+        "AdaptiveMaxPool3d",
+        "Softmax",
+        "Softmax2d",
+        "LogSoftmax",
+        "Softmin",
+    }
+)
 # lookup tables: their weight is a table of rows, not a matrix that multiplies (no gradient-depth analysis),
 # and their gradient can be sparse
 EMBEDDING_TYPES = frozenset({"Embedding", "EmbeddingBag"})
 RNN_TYPES = frozenset({"RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell"})
 # modules that carry their own normalisation and residual connections (torch.nn's transformer blocks)
-RESIDUAL_NORM_BLOCKS = frozenset({"TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder",
-                                  "TransformerDecoder", "Transformer"})
+RESIDUAL_NORM_BLOCKS = frozenset(
+    {"TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder", "Transformer"}
+)
 # a model that ends in one of these outputs probabilities, not the logits nn.CrossEntropyLoss expects
 SOFTMAX_TYPES = frozenset({"Softmax", "LogSoftmax"})
 
 # Where an activation's units (channels, features) lie, from the type of the layer it follows: dim 1 of
 # (N, C, ...), or the last dim of (..., features)
-CHANNEL_FIRST_TYPES = frozenset({f"{base}{d}d" for d in (1, 2, 3) for base in (
-    "Conv", "ConvTranspose", "LazyConv", "LazyConvTranspose", "BatchNorm", "LazyBatchNorm", "InstanceNorm",
-    "LazyInstanceNorm", "MaxPool", "AvgPool", "AdaptiveMaxPool", "AdaptiveAvgPool", "LPPool", "FractionalMaxPool",
-    "Dropout", "ReflectionPad", "ReplicationPad", "ZeroPad", "ConstantPad", "CircularPad", "MaxUnpool")} | {
-    "SyncBatchNorm", "GroupNorm", "LocalResponseNorm", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
-    "PixelShuffle", "PixelUnshuffle", "ChannelShuffle", "Softmax2d"})
+CHANNEL_FIRST_TYPES = frozenset(
+    {
+        f"{base}{d}d"
+        for d in (1, 2, 3)
+        for base in (
+            "Conv",
+            "ConvTranspose",
+            "LazyConv",
+            "LazyConvTranspose",
+            "BatchNorm",
+            "LazyBatchNorm",
+            "InstanceNorm",
+            "LazyInstanceNorm",
+            "MaxPool",
+            "AvgPool",
+            "AdaptiveMaxPool",
+            "AdaptiveAvgPool",
+            "LPPool",
+            "FractionalMaxPool",
+            "Dropout",
+            "ReflectionPad",
+            "ReplicationPad",
+            "ZeroPad",
+            "ConstantPad",
+            "CircularPad",
+            "MaxUnpool",
+        )
+    }
+    | {
+        "SyncBatchNorm",
+        "GroupNorm",
+        "LocalResponseNorm",
+        "Upsample",
+        "UpsamplingNearest2d",
+        "UpsamplingBilinear2d",
+        "PixelShuffle",
+        "PixelUnshuffle",
+        "ChannelShuffle",
+        "Softmax2d",
+    }
+)
 # (HF's GPT-2 `Conv1D` is a Linear with its weight transposed: features last)
-FEATURES_LAST_TYPES = EMBEDDING_TYPES | {"RNN", "LSTM", "GRU"} | {
-    "Linear", "LazyLinear", "Bilinear", "LayerNorm", "RMSNorm", "MultiheadAttention", "TransformerEncoderLayer",
-    "TransformerDecoderLayer", "Conv1D", "NonDynamicallyQuantizableLinear"}
+FEATURES_LAST_TYPES = (
+    EMBEDDING_TYPES
+    | {"RNN", "LSTM", "GRU"}
+    | {
+        "Linear",
+        "LazyLinear",
+        "Bilinear",
+        "LayerNorm",
+        "RMSNorm",
+        "MultiheadAttention",
+        "TransformerEncoderLayer",
+        "TransformerDecoderLayer",
+        "Conv1D",
+        "NonDynamicallyQuantizableLinear",
+    }
+)
 
 
 def is_norm(type_name: str) -> bool:
@@ -55,16 +154,35 @@ def is_residual(type_name: str) -> bool:
     """A block that carries skip connections: torch.nn's transformer layers, or a class named like a residual
     block (ResNet's BasicBlock/Bottleneck, GPT2Block, BertLayer's *EncoderLayer...)."""
     return type_name in RESIDUAL_NORM_BLOCKS or type_name.endswith(
-        ("Block", "Bottleneck", "EncoderLayer", "DecoderLayer", "Residual"))
+        ("Block", "Bottleneck", "EncoderLayer", "DecoderLayer", "Residual")
+    )
 
 
 # The learning rate each optimizer family is usually run at (torch defaults and common practice); a value
 # within a factor `Thresholds.lr_usual_span` of it is "in the usual range". Matched on the lower-cased class
 # name: exact first, then prefix (AdamW, NAdam... are "adam"-like), then the default.
-USUAL_LR_EXACT = {"sgd": 1e-2, "asgd": 1e-2, "adadelta": 1.0, "lbfgs": 1.0, "adagrad": 1e-2, "rmsprop": 1e-2,
-                  "rprop": 1e-2, "adamax": 2e-3, "sparseadam": 1e-3, "lion": 1e-4, "adafactor": 1e-3}
-USUAL_LR_PREFIX = (("adam", 1e-3), ("nadam", 2e-3), ("radam", 1e-3), ("fusedadam", 1e-3), ("lamb", 1e-3),
-                   ("lion", 1e-4), ("sgd", 1e-2))
+USUAL_LR_EXACT = {
+    "sgd": 1e-2,
+    "asgd": 1e-2,
+    "adadelta": 1.0,
+    "lbfgs": 1.0,
+    "adagrad": 1e-2,
+    "rmsprop": 1e-2,
+    "rprop": 1e-2,
+    "adamax": 2e-3,
+    "sparseadam": 1e-3,
+    "lion": 1e-4,
+    "adafactor": 1e-3,
+}
+USUAL_LR_PREFIX = (
+    ("adam", 1e-3),
+    ("nadam", 2e-3),
+    ("radam", 1e-3),
+    ("fusedadam", 1e-3),
+    ("lamb", 1e-3),
+    ("lion", 1e-4),
+    ("sgd", 1e-2),
+)
 USUAL_LR_DEFAULT = 1e-3
 
 

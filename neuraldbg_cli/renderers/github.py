@@ -1,4 +1,5 @@
 """GitHub Actions annotations: ::error for problems at or above min_confidence, ::warning below."""
+
 from __future__ import annotations
 
 from neuraldbg_cli.events import Kind, Report

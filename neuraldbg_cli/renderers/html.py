@@ -1,4 +1,5 @@
 """`neuraldbg report`'s HTML page: see renderers/report/ (matplotlib figures, inline, self-contained)."""
+
 from __future__ import annotations
 
 from neuraldbg_cli.events import Kind, Report

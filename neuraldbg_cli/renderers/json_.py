@@ -1,4 +1,5 @@
 """The contract's `explain --format json`."""
+
 from __future__ import annotations
 
 import orjson

@@ -1,4 +1,5 @@
 """JUnit XML: one test case per kind checked, failed where found (for CI dashboards)."""
+
 from __future__ import annotations
 
 from xml.sax.saxutils import escape, quoteattr
@@ -19,6 +20,9 @@ def render(report: Report, checked: list[Kind], min_confidence: float) -> str:
             msg = f"{h.summary} (confidence {h.confidence:.2f}, origin {h.origin.module}, step {h.origin.step})"
             body = escape("\n".join(h.suggestions))
             cases.append(f"{case}>\n    <failure message={quoteattr(msg)}>{body}</failure>\n  </testcase>")
-    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
-            f'<testsuite name="neuraldbg" tests="{len(checked)}" failures="{failures}">\n'
-            + "\n".join(cases) + "\n</testsuite>")
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f'<testsuite name="neuraldbg" tests="{len(checked)}" failures="{failures}">\n'
+        + "\n".join(cases)
+        + "\n</testsuite>"
+    )

@@ -2,51 +2,82 @@
 per-layer heatmaps (layer in forward order x step) of gradient RMS, dead/saturated activations and the
 update-to-weight ratio: where a failure starts and how it spreads. Each hypothesis links to its evidence's
 row. Pure: reads the report, the stats rows, the events and model.json's description; never torch."""
+
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from neuraldbg_cli.events import Hypothesis, Kind, Report
 from neuraldbg_cli.renderers.report import grid as grids
 from neuraldbg_cli.renderers.report.page import Link, Section, overlay, page
 
 SECTIONS = {  # anchor suffix: (title, what to look for, said when there is nothing to draw)
-    "loss": ("Loss", "The loss per step; ticks along the top mark the monitor's events, dashed lines the onset of "
-             "each hypothesis (#rank); red crosses along the bottom, if any, steps whose loss was NaN/Inf.",
-             "no loss was recorded"),
-    "grad": ("Gradient RMS per layer", "Input side at the top, output side at the bottom. Vanishing gradients "
-             "darken toward the top rows; an explosion is a bright band spreading across rows; red cells are "
-             "NaN/Inf, grey ones layers without a gradient.", "no gradient statistics were recorded"),
-    "act": ("Dead or saturated activations per layer", "Fraction of units that never fire (ReLU-like) or sit at "
-            "the rails (sigmoid/tanh) after each layer: bright rows are layers that stopped passing signal.",
-            "no activation function was observed"),
-    "update": ("Update-to-weight ratio per layer", "How far one optimizer step moves each layer's weights, "
-               "relative to their size: around 1e-3 is typical, near 1 the learning rate is far too large; "
-               "magenta means the weights did not move.", "no optimizer step was observed"),
+    "loss": (
+        "Loss",
+        "The loss per step; ticks along the top mark the monitor's events, dashed lines the onset of "
+        "each hypothesis (#rank); red crosses along the bottom, if any, steps whose loss was NaN/Inf.",
+        "no loss was recorded",
+    ),
+    "grad": (
+        "Gradient RMS per layer",
+        "Input side at the top, output side at the bottom. Vanishing gradients "
+        "darken toward the top rows; an explosion is a bright band spreading across rows; red cells are "
+        "NaN/Inf, grey ones layers without a gradient.",
+        "no gradient statistics were recorded",
+    ),
+    "act": (
+        "Dead or saturated activations per layer",
+        "Fraction of units that never fire (ReLU-like) or sit at "
+        "the rails (sigmoid/tanh) after each layer: bright rows are layers that stopped passing signal.",
+        "no activation function was observed",
+    ),
+    "update": (
+        "Update-to-weight ratio per layer",
+        "How far one optimizer step moves each layer's weights, "
+        "relative to their size: around 1e-3 is typical, near 1 the learning rate is far too large; "
+        "magenta means the weights did not move.",
+        "no optimizer step was observed",
+    ),
 }
 # The plot that shows a kind's evidence; non_finite follows its origin's site.
-KIND_PLOT = {Kind.vanishing_gradient: "grad", Kind.exploding_gradient: "grad", Kind.no_gradient: "grad",
-             Kind.dead_activation: "act", Kind.saturated_activation: "act", Kind.unchanged_weights: "update"}
+KIND_PLOT = {
+    Kind.vanishing_gradient: "grad",
+    Kind.exploding_gradient: "grad",
+    Kind.no_gradient: "grad",
+    Kind.dead_activation: "act",
+    Kind.saturated_activation: "act",
+    Kind.unchanged_weights: "update",
+}
 SITE_PLOT = {"gradient": "grad", "output": "act", "activation": "act", "weights": "update"}
 
 
-def render_page(report: Report, stats: list[dict[str, Any]], events: Iterable[Any] = (),
-                models: Optional[dict[str, Any]] = None) -> str:
+def render_page(
+    report: Report, stats: list[dict[str, Any]], events: Iterable[Any] = (), models: dict[str, Any] | None = None
+) -> str:
     stats = [r for r in stats if isinstance(r, dict) and type(r.get("step")) is int and r["step"] >= 0]
     models = models or {}
     states = grids.States(events := list(events))
     axis = grids.step_axis(stats)
-    sections = {name: Section(f"plot-{name}", title, how, empty=empty)
-                for name, (title, how, empty) in SECTIONS.items()}
+    sections = {
+        name: Section(f"plot-{name}", title, how, empty=empty) for name, (title, how, empty) in SECTIONS.items()
+    }
     if axis is not None:
         _draw(sections, report, stats, axis, models, states, events)
     links = {h.rank: link for h in report.hypotheses if (link := _link(h, sections, axis))}
     return page(report, list(sections.values()), links)
 
 
-def _draw(sections: dict[str, Section], report: Report, stats: list[dict[str, Any]], axis: grids.Axis,
-          models: dict[str, Any], states: grids.States, events: list[Any]) -> None:
+def _draw(
+    sections: dict[str, Section],
+    report: Report,
+    stats: list[dict[str, Any]],
+    axis: grids.Axis,
+    models: dict[str, Any],
+    states: grids.States,
+    events: list[Any],
+) -> None:
     # matplotlib is loaded only when there is something to draw; its notices (a slow first font-cache build)
     # are not the report's to print: `report` prints one line, the page's path
     logging.getLogger("matplotlib").setLevel(logging.ERROR)
@@ -64,8 +95,11 @@ def _draw(sections: dict[str, Section], report: Report, stats: list[dict[str, An
             continue
         s = sections[name]
         s.grid, s.title = g, g.title
-        marks = [(h.rank, row, h.origin.step) for h in report.hypotheses
-                 if _plot_of(h) == name and (row := _row(h, g)) is not None]
+        marks = [
+            (h.rank, row, h.origin.step)
+            for h in report.hypotheses
+            if _plot_of(h) == name and (row := _row(h, g)) is not None
+        ]
         _drawn(s, plots.heatmap, g, marks)
 
 
@@ -93,7 +127,7 @@ def _plot_of(h: Hypothesis) -> str:
     return SITE_PLOT.get(sites[0] if sites else "", "grad" if h.origin.module else "loss")
 
 
-def _row(h: Hypothesis, g: grids.Grid) -> Optional[int]:
+def _row(h: Hypothesis, g: grids.Grid) -> int | None:
     if not h.origin.module:
         return None
     for i, key in enumerate(g.rows):
@@ -103,7 +137,7 @@ def _row(h: Hypothesis, g: grids.Grid) -> Optional[int]:
     return None
 
 
-def _link(h: Hypothesis, sections: dict[str, Section], axis: Optional[grids.Axis]) -> Optional[Link]:
+def _link(h: Hypothesis, sections: dict[str, Section], axis: grids.Axis | None) -> Link | None:
     """The hypothesis's own plot with its origin row highlighted; else another heatmap holding that row;
     else the loss with its onset step highlighted."""
     oid = f"hl-{h.rank}"

@@ -4,13 +4,15 @@ A code is 0..LEVELS-1 for a value on the grid's colour scale, or one of the spec
 NaN/Inf, absent values and steps without a sample each get their own colour instead of being dropped.
 Codes, not floats, because the picture and the page's hover read the same cells and 200 layers x 800
 bins embed in about 200 KB. Pure numpy: no torch, no matplotlib."""
+
 from __future__ import annotations
 
 import bisect
 import math
 import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional
+from typing import Any
 
 import numpy as np
 
@@ -19,8 +21,12 @@ ZERO, NONFINITE, ABSENT, NODATA = 250, 251, 252, 253
 # Which code wins when a bin holds several steps: a NaN anywhere in the bin must show, then an absent
 # value, then an exact zero, then the worst finite value (VALUE stands for any code below LEVELS).
 VALUE = 254
-SPECIAL_NAMES = {ZERO: "exactly 0", NONFINITE: "NaN / Inf", ABSENT: "absent (no gradient / not stepped)",
-                 NODATA: "not sampled / not measured"}
+SPECIAL_NAMES = {
+    ZERO: "exactly 0",
+    NONFINITE: "NaN / Inf",
+    ABSENT: "absent (no gradient / not stepped)",
+    NODATA: "not sampled / not measured",
+}
 PRIORITY = {NODATA: 0, VALUE: 1, ZERO: 2, ABSENT: 3, NONFINITE: 4}
 _PRIORITY_OF_CODE = np.zeros(256, dtype=np.uint8)  # code -> its PRIORITY; any other number reads as no data
 _PRIORITY_OF_CODE[list(PRIORITY)] = list(PRIORITY.values())
@@ -60,7 +66,7 @@ class Grid:
     specials: tuple[int, ...]  # the special codes this grid can hold, for its legend
 
 
-def step_axis(stats: list[dict[str, Any]]) -> Optional[Axis]:
+def step_axis(stats: list[dict[str, Any]]) -> Axis | None:
     steps = [r["step"] for r in stats]
     if not steps:
         return None
@@ -72,8 +78,13 @@ def layer_order(models: dict[str, Any], keys: Iterable[str]) -> list[str]:
     """Forward-call order from model.json, then any other key in the order first seen."""
     seen = list(dict.fromkeys(keys))
     present = set(seen)
-    order = [f"{m.get('name')}|{mod}" for m in models.get("models", []) if isinstance(m, dict)
-             for mod in m.get("order", []) if isinstance(mod, str)]
+    order = [
+        f"{m.get('name')}|{mod}"
+        for m in models.get("models", [])
+        if isinstance(m, dict)
+        for mod in m.get("order", [])
+        if isinstance(mod, str)
+    ]
     first = [k for k in dict.fromkeys(order) if k in present]
     placed = set(first)
     return first + [k for k in seen if k not in placed]
@@ -87,8 +98,12 @@ def labels_for(keys: list[str]) -> list[str]:
     return [".".join(p for p in (root, module) if p) for root, module in parts]
 
 
-SITE_OF_TYPE = {"gradient_health_transition": "gradient", "activation_regime_shift": "output",
-                "optimizer_instability": "loss", "parameter_update": "weights"}  # events written without a site
+SITE_OF_TYPE = {
+    "gradient_health_transition": "gradient",
+    "activation_regime_shift": "output",
+    "optimizer_instability": "loss",
+    "parameter_update": "weights",
+}  # events written without a site
 
 
 class States:
@@ -107,7 +122,7 @@ class States:
         for site, key in self._t:
             self._keys.setdefault(site, []).append(key)
 
-    def at(self, site: str, key: str, step: int) -> Optional[str]:
+    def at(self, site: str, key: str, step: int) -> str | None:
         steps, states = self._t.get((site, key), ((), ()))
         i = bisect.bisect_right(steps, step)  # type: ignore[arg-type]
         return states[i - 1] if i else None
@@ -119,7 +134,7 @@ class States:
 _NUMBER = {int, float}  # JSON numbers as orjson reads them (a bool is neither)
 
 
-def _num(v: Any) -> Optional[float]:
+def _num(v: Any) -> float | None:
     return v if type(v) in _NUMBER else None
 
 
@@ -165,8 +180,9 @@ def act_cells(row: dict[str, Any], numel: dict[str, float], states: States) -> C
     return out
 
 
-def _bad_fraction(mean: Any, _std: Any, lo: Any, hi: Any, zero: Any, dead: Any, s01: Any, s11: Any,
-                  nonfinite: Any) -> Any:
+def _bad_fraction(
+    mean: Any, _std: Any, lo: Any, hi: Any, zero: Any, dead: Any, s01: Any, s11: Any, nonfinite: Any
+) -> Any:
     """As the monitor classifies an activation: dead units if ReLU-like, else units at the rails of a
     sigmoid/tanh range. NONFINITE for NaN/Inf; None where the fractions are not measured (a plain output)."""
     if mean is None or (nonfinite or 0) > 0 or not math.isfinite(mean):
@@ -207,13 +223,21 @@ QUANTITIES: dict[str, tuple[Callable[..., Cells], str, str, bool]] = {
 }
 
 
-def build(name: str, stats: list[dict[str, Any]], axis: Axis, models: dict[str, Any], states: States) -> Optional[Grid]:
+def build(name: str, stats: list[dict[str, Any]], axis: Axis, models: dict[str, Any], states: States) -> Grid | None:
     reader, title, scale_label, log = QUANTITIES[name]
-    numel = {f"{m.get('name')}|{mod}": math.sqrt(info["params"]) for m in models.get("models", [])
-             if isinstance(m, dict) for mod, info in m.get("modules", {}).items()
-             if type(info.get("params")) is int and info["params"] > 0}  # gradient RMS = L2 norm / sqrt(numel)
-    sampled = [(r["step"], cells) for r in stats if isinstance(r.get("grads"), dict) or isinstance(r.get("acts"), dict)
-               if (cells := reader(_safe(r), numel, states))]
+    numel = {
+        f"{m.get('name')}|{mod}": math.sqrt(info["params"])
+        for m in models.get("models", [])
+        if isinstance(m, dict)
+        for mod, info in m.get("modules", {}).items()
+        if type(info.get("params")) is int and info["params"] > 0
+    }  # gradient RMS = L2 norm / sqrt(numel)
+    sampled = [
+        (r["step"], cells)
+        for r in stats
+        if isinstance(r.get("grads"), dict) or isinstance(r.get("acts"), dict)
+        if (cells := reader(_safe(r), numel, states))
+    ]
     if not sampled:
         return None
     sampled.sort(key=lambda sc: sc[0])
@@ -223,8 +247,11 @@ def build(name: str, stats: list[dict[str, Any]], axis: Axis, models: dict[str, 
     for j, (_, cells) in enumerate(sampled):  # a special code goes in as its negative: values are >= 0
         values[[index[k] for k in cells], j] = [-float(v) if type(v) is int else v for v in cells.values()]
     special = values < 0
-    kind = np.where(special, _PRIORITY_OF_CODE[np.clip(-np.nan_to_num(values), 0, 255).astype(np.intp)],
-                    np.where(np.isnan(values), PRIORITY[NODATA], PRIORITY[VALUE])).astype(np.uint8)
+    kind = np.where(
+        special,
+        _PRIORITY_OF_CODE[np.clip(-np.nan_to_num(values), 0, 255).astype(np.intp)],
+        np.where(np.isnan(values), PRIORITY[NODATA], PRIORITY[VALUE]),
+    ).astype(np.uint8)
     values[special] = np.nan
     if log:  # the scale's ends stay normal floats: their logs, and the colour bar, stay computable
         values = np.clip(values, LOG_FLOOR, 1 / LOG_FLOOR)
@@ -255,8 +282,9 @@ def _range(values: np.ndarray, log: bool) -> tuple[float, float]:
     return lo, hi
 
 
-def _bin(values: np.ndarray, kind: np.ndarray, cols: list[int], ncols: int, lo: float, hi: float,
-         log: bool) -> np.ndarray:
+def _bin(
+    values: np.ndarray, kind: np.ndarray, cols: list[int], ncols: int, lo: float, hi: float, log: bool
+) -> np.ndarray:
     """Samples -> columns. A column with several samples keeps its most urgent special code, else its worst
     value: the largest fraction, or on a log scale the one farthest (in decades) from the layer's median.
     A column without a sample holds the previous one (each sample stands until the next), NODATA before."""

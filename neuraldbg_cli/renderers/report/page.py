@@ -1,5 +1,6 @@
 """The HTML around the figures: header, hypothesis cards, plot sections with their highlight overlays and
 hover readout. Everything inline (CSS, a few lines of JS, SVG), so the file opens offline."""
+
 from __future__ import annotations
 
 import base64
@@ -7,7 +8,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from html import escape
-from typing import Any, Optional
+from typing import Any
 
 from neuraldbg_cli.events import Hypothesis, Report
 from neuraldbg_cli.renderers.report.grid import LEVELS, SPECIAL_NAMES, Grid
@@ -21,8 +22,8 @@ class Section:
     anchor: str  # plot-loss, plot-grad, ...
     title: str
     how: str  # what to look for, one or two sentences
-    figure: Optional[Svg] = None
-    grid: Optional[Grid] = None
+    figure: Svg | None = None
+    grid: Grid | None = None
     overlays: list[str] = field(default_factory=list)
     empty: str = ""
 
@@ -37,8 +38,10 @@ class Link:
 
 
 def overlay(section: Section, overlay_id: str, left: float, top: float, width: float, height: float) -> None:
-    section.overlays.append(f'<div class="hl" id="{overlay_id}" style="left:{100 * left:.3f}%;top:{100 * top:.3f}%;'
-                            f'width:{100 * width:.3f}%;height:{100 * height:.3f}%"></div>')
+    section.overlays.append(
+        f'<div class="hl" id="{overlay_id}" style="left:{100 * left:.3f}%;top:{100 * top:.3f}%;'
+        f'width:{100 * width:.3f}%;height:{100 * height:.3f}%"></div>'
+    )
 
 
 def page(report: Report, sections: list[Section], links: dict[int, Link]) -> str:
@@ -46,23 +49,30 @@ def page(report: Report, sections: list[Section], links: dict[int, Link]) -> str
     models = ", ".join(f"{escape(m.name)} ({m.modules} modules, {m.parameters:,} parameters)" for m in report.models)
     nav = " · ".join(f"<a href='#{s.anchor}'>{escape(s.title)}</a>" for s in sections)
     hyps = "".join(_hypothesis(h, links.get(h.rank)) for h in report.hypotheses)
-    return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-            f"<meta name='viewport' content='width=device-width,initial-scale=1'>"
-            f"<title>neuraldbg report: {escape(report.run_dir)}</title><style>{CSS}</style></head><body>"
-            f"<header><h1>neuraldbg report</h1><p><code>{escape(report.run_dir)}</code> · status "
-            f"<b class='status {escape(report.status)}'>{escape(report.status)}</b> · {report.steps_observed:,} "
-            f"steps observed{' · ' + models if models else ''}</p>{warn}<nav>Hypotheses · {nav}</nav></header>"
-            f"<section id='hypotheses'><h2>Hypotheses, most likely root cause first</h2>"
-            f"<ol class='hyps'>{hyps or '<li>none: no problem found</li>'}</ol></section>"
-            f"{''.join(_section(s) for s in sections)}<script>{JS}</script></body></html>")
+    return (
+        f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<meta name='viewport' content='width=device-width,initial-scale=1'>"
+        f"<title>neuraldbg report: {escape(report.run_dir)}</title><style>{CSS}</style></head><body>"
+        f"<header><h1>neuraldbg report</h1><p><code>{escape(report.run_dir)}</code> · status "
+        f"<b class='status {escape(report.status)}'>{escape(report.status)}</b> · {report.steps_observed:,} "
+        f"steps observed{' · ' + models if models else ''}</p>{warn}<nav>Hypotheses · {nav}</nav></header>"
+        f"<section id='hypotheses'><h2>Hypotheses, most likely root cause first</h2>"
+        f"<ol class='hyps'>{hyps or '<li>none: no problem found</li>'}</ol></section>"
+        f"{''.join(_section(s) for s in sections)}<script>{JS}</script></body></html>"
+    )
 
 
-def _hypothesis(h: Hypothesis, link: Optional[Link]) -> str:
-    where = (f"in <b>{escape(h.origin.module)}</b>" + (f" of {escape(h.origin.root)}" if h.origin.root else "")
-             if h.origin.module else "whole model")
+def _hypothesis(h: Hypothesis, link: Link | None) -> str:
+    where = (
+        f"in <b>{escape(h.origin.module)}</b>" + (f" of {escape(h.origin.root)}" if h.origin.root else "")
+        if h.origin.module
+        else "whole model"
+    )
     when = f", from step {h.origin.step}" if h.origin.step is not None else ""
-    parts = [f"<h3>#{h.rank} {escape(h.kind.value)} <span class='conf'>confidence {h.confidence:.2f}</span></h3>",
-             f"<p class='where'>{where}{when}</p><p>{escape(h.summary)}</p>"]
+    parts = [
+        f"<h3>#{h.rank} {escape(h.kind.value)} <span class='conf'>confidence {h.confidence:.2f}</span></h3>",
+        f"<p class='where'>{where}{when}</p><p>{escape(h.summary)}</p>",
+    ]
     if h.caused_by:
         parts.append(f"<p>likely a consequence of <b>{escape(h.caused_by.value)}</b></p>")
     if h.propagation:
@@ -70,22 +80,28 @@ def _hypothesis(h: Hypothesis, link: Optional[Link]) -> str:
     if h.evidence:
         rows = "".join(_evidence_row(e) for e in h.evidence[:MAX_EVIDENCE])
         more = f"<p>… and {len(h.evidence) - MAX_EVIDENCE} more</p>" if len(h.evidence) > MAX_EVIDENCE else ""
-        parts.append(f"<details><summary>evidence ({len(h.evidence)})</summary><table><tr><th>step</th><th>where</th>"
-                     f"<th>change</th><th>metrics</th></tr>{rows}</table>{more}</details>")
+        parts.append(
+            f"<details><summary>evidence ({len(h.evidence)})</summary><table><tr><th>step</th><th>where</th>"
+            f"<th>change</th><th>metrics</th></tr>{rows}</table>{more}</details>"
+        )
     if h.suggestions:
         parts.append("<p>try:</p><ul>" + "".join(f"<li>{escape(s)}</li>" for s in h.suggestions) + "</ul>")
     if link:
-        parts.append(f"<p><a class='show' href='#{link.overlay_id}'>show on the plot: {escape(link.section.title)}, "
-                     f"{escape(link.what)} ↓</a></p>")
+        parts.append(
+            f"<p><a class='show' href='#{link.overlay_id}'>show on the plot: {escape(link.section.title)}, "
+            f"{escape(link.what)} ↓</a></p>"
+        )
     return f"<li class='hyp' id='hyp-{h.rank}'>{''.join(parts)}</li>"
 
 
 def _evidence_row(e: dict[str, Any]) -> str:
     metrics = e.get("metrics") if isinstance(e.get("metrics"), dict) else {}
     text = ", ".join(f"{k}={v:.3g}" if isinstance(v, (int, float)) else f"{k}={v}" for k, v in metrics.items())
-    return (f"<tr><td>{escape(str(e.get('step', '')))}</td><td>{escape(str(e.get('module') or e.get('site') or ''))}"
-            f"</td><td>{escape(str(e.get('from', '')))} → {escape(str(e.get('to', '')))}</td>"
-            f"<td>{escape(text)}</td></tr>")
+    return (
+        f"<tr><td>{escape(str(e.get('step', '')))}</td><td>{escape(str(e.get('module') or e.get('site') or ''))}"
+        f"</td><td>{escape(str(e.get('from', '')))} → {escape(str(e.get('to', '')))}</td>"
+        f"<td>{escape(text)}</td></tr>"
+    )
 
 
 def _section(s: Section) -> str:
@@ -94,16 +110,28 @@ def _section(s: Section) -> str:
         return f"{head}<p class='empty'>{escape(s.empty)}</p></section>"
     data = f" data-grid='{escape(json.dumps(_hover_data(s.grid, s.figure)), quote=True)}'" if s.grid else ""
     cls = "plot heat" if s.grid else "plot"
-    return (f"{head}<div class='{cls}'{data}>{s.figure.svg}{''.join(s.overlays)}"
-            f"<div class='tip' hidden></div></div></section>")
+    return (
+        f"{head}<div class='{cls}'{data}>{s.figure.svg}{''.join(s.overlays)}"
+        f"<div class='tip' hidden></div></div></section>"
+    )
 
 
 def _hover_data(g: Grid, fig: Svg) -> dict[str, Any]:
     f = math.log10 if g.log else float
-    return {"rows": g.labels, "cols": g.axis.columns, "start": g.axis.start, "width": g.axis.width,
-            "box": [round(v, 5) for v in fig.box], "lo": f(g.lo), "hi": f(g.hi), "log": g.log, "levels": LEVELS,
-            "unit": g.scale_label.split(" (")[0], "special": {str(c): SPECIAL_NAMES[c] for c in SPECIAL_NAMES},
-            "codes": base64.b64encode(g.codes.tobytes()).decode()}
+    return {
+        "rows": g.labels,
+        "cols": g.axis.columns,
+        "start": g.axis.start,
+        "width": g.axis.width,
+        "box": [round(v, 5) for v in fig.box],
+        "lo": f(g.lo),
+        "hi": f(g.hi),
+        "log": g.log,
+        "levels": LEVELS,
+        "unit": g.scale_label.split(" (")[0],
+        "special": {str(c): SPECIAL_NAMES[c] for c in SPECIAL_NAMES},
+        "codes": base64.b64encode(g.codes.tobytes()).decode(),
+    }
 
 
 CSS = """

@@ -1,12 +1,12 @@
 """matplotlib figures of the report, as inline SVG (text stays text; a heatmap is one embedded image at one
 pixel per cell). Every figure has the same width and the same left/right margins, so the step axes of the
 loss curve and of the heatmaps line up on the page."""
+
 from __future__ import annotations
 
 import io
 import re
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 from matplotlib import colormaps, patheffects, rc_context
@@ -36,18 +36,26 @@ class Svg:
 
 def colormap() -> ListedColormap:
     """Code -> colour: the scale for 0..LEVELS-1, then the special codes in their order."""
-    return ListedColormap([*colormaps[SCALE](np.linspace(0, 1, LEVELS)),
-                           *(COLORS[c] for c in (ZERO, NONFINITE, ABSENT, NODATA))])
+    return ListedColormap(
+        [*colormaps[SCALE](np.linspace(0, 1, LEVELS)), *(COLORS[c] for c in (ZERO, NONFINITE, ABSENT, NODATA))]
+    )
 
 
-def heatmap(grid: Grid, marks: list[tuple[int, int, Optional[int]]]) -> Svg:
+def heatmap(grid: Grid, marks: list[tuple[int, int, int | None]]) -> Svg:
     """marks: (hypothesis rank, row, onset step) drawn as a ringed "#rank" on the grid."""
     n, ax_h = len(grid.rows), min(7.0, max(1.8, 0.22 * len(grid.rows)))
     top, bottom = 0.15, 1.05
     fig, ax = _figure(ax_h, top, bottom)
     a = grid.axis
-    ax.imshow(grid.codes, cmap=colormap(), vmin=-0.5, vmax=NODATA + 0.5, aspect="auto", interpolation="none",
-              extent=(a.start, a.stop, n, 0))
+    ax.imshow(
+        grid.codes,
+        cmap=colormap(),
+        vmin=-0.5,
+        vmax=NODATA + 0.5,
+        aspect="auto",
+        interpolation="none",
+        extent=(a.start, a.stop, n, 0),
+    )
     every = max(1, -(-n // MAX_LABELS))
     ax.set_yticks([i + 0.5 for i in range(0, n, every)])
     ax.set_yticklabels([_short(grid.labels[i]) for i in range(0, n, every)], fontsize=8 if n <= 30 else 7)
@@ -57,16 +65,30 @@ def heatmap(grid: Grid, marks: list[tuple[int, int, Optional[int]]]) -> Svg:
         x = min(max(step if step is not None else a.start, a.start), a.stop - 1) + 0.5
         ax.plot([x], [row + 0.5], marker="o", ms=11, mfc="none", mec="black", mew=3, clip_on=False)
         ax.plot([x], [row + 0.5], marker="o", ms=11, mfc="none", mec="white", mew=1.5, clip_on=False)
-        ax.annotate(f"#{rank}", (x, row + 0.5), xytext=(9, -3), textcoords="offset points", fontsize=9,
-                    fontweight="bold", color="white", path_effects=_outline())
+        ax.annotate(
+            f"#{rank}",
+            (x, row + 0.5),
+            xytext=(9, -3),
+            textcoords="offset points",
+            fontsize=9,
+            fontweight="bold",
+            color="white",
+            path_effects=_outline(),
+        )
     cax = fig.add_axes(_colorbar_box(fig, ax))
     norm = LogNorm(grid.lo, grid.hi) if grid.log else Normalize(grid.lo, grid.hi)
     bar = fig.colorbar(ScalarMappable(norm=norm, cmap=SCALE), cax=cax)
     bar.set_label(grid.scale_label, fontsize=8)
     if grid.log:
         cax.yaxis.set_major_locator(LogLocator(numticks=int(2 + 1.5 * ax_h)))
-    fig.legend(handles=[Patch(facecolor=COLORS[c], edgecolor="#555", label=SPECIAL_NAMES[c]) for c in grid.specials],
-               loc="lower left", bbox_to_anchor=(LEFT / FIG_W, 0.0), ncol=4, frameon=False, fontsize=8)
+    fig.legend(
+        handles=[Patch(facecolor=COLORS[c], edgecolor="#555", label=SPECIAL_NAMES[c]) for c in grid.specials],
+        loc="lower left",
+        bbox_to_anchor=(LEFT / FIG_W, 0.0),
+        ncol=4,
+        frameon=False,
+        fontsize=8,
+    )
     return _svg(fig, ax, grid.name)
 
 
@@ -82,20 +104,29 @@ def loss_plot(loss: LossData, axis: Axis, events: list[tuple[int, str]], onsets:
     ax.set_ylabel("loss (log scale)" if loss.log else "loss")
     _step_axis(ax, axis)
     handles += _loss_marks(ax, loss, axis) + _event_marks(ax, events) + _onset_marks(ax, onsets)
-    fig.legend(handles=handles, loc="lower left", bbox_to_anchor=(LEFT / FIG_W, 0.0), ncol=4, frameon=False,
-               fontsize=8)
+    fig.legend(handles=handles, loc="lower left", bbox_to_anchor=(LEFT / FIG_W, 0.0), ncol=4, frameon=False, fontsize=8)
     return _svg(fig, ax, "loss")
 
 
 def _loss_marks(ax, loss: LossData, axis: Axis) -> list:
     """Steps without a finite loss, along the bottom: one mark per column, however many steps it holds."""
     handles = []
-    for steps, color, label, marker in ((loss.nonfinite, COLORS[NONFINITE], "loss NaN / Inf", "x"),
-                                        (loss.missing, COLORS[ABSENT], "no loss recorded", "|")):
+    for steps, color, label, marker in (
+        (loss.nonfinite, COLORS[NONFINITE], "loss NaN / Inf", "x"),
+        (loss.missing, COLORS[ABSENT], "no loss recorded", "|"),
+    ):
         if steps:
             xs = np.asarray(sorted({axis.column(s): s for s in reversed(steps)}.values())) + 0.5
-            ax.scatter(xs, np.full(len(xs), 0.03), transform=ax.get_xaxis_transform(), marker=marker, s=30,
-                       color=color, clip_on=False, zorder=3)
+            ax.scatter(
+                xs,
+                np.full(len(xs), 0.03),
+                transform=ax.get_xaxis_transform(),
+                marker=marker,
+                s=30,
+                color=color,
+                clip_on=False,
+                zorder=3,
+            )
             handles.append(Line2D([], [], ls="", marker=marker, color=color, label=label))
     return handles
 
@@ -106,8 +137,17 @@ def _event_marks(ax, events: list[tuple[int, str]]) -> list:
     for k, t in enumerate(dict.fromkeys(t for _, t in events)):
         xs = np.asarray(sorted({s for s, tt in events if tt == t}), dtype=float) + 0.5
         color = EVENT_COLORS[k % len(EVENT_COLORS)]
-        ax.scatter(xs, np.full(len(xs), 1.0 - 0.045 * (k + 1)), transform=ax.get_xaxis_transform(), marker="|",
-                   s=110, linewidths=2, color=color, clip_on=False, zorder=3)
+        ax.scatter(
+            xs,
+            np.full(len(xs), 1.0 - 0.045 * (k + 1)),
+            transform=ax.get_xaxis_transform(),
+            marker="|",
+            s=110,
+            linewidths=2,
+            color=color,
+            clip_on=False,
+            zorder=3,
+        )
         handles.append(Line2D([], [], ls="", marker="|", color=color, label=f"event: {t}"))
     return handles
 
@@ -119,8 +159,17 @@ def _onset_marks(ax, onsets: list[tuple[int, int]]) -> list:
         by_step.setdefault(step, []).append(rank)
     for step, ranks in by_step.items():
         ax.axvline(step + 0.5, color="#c00000", ls="--", lw=1)
-        ax.text(step + 0.5, 1.02, " ".join(f"#{r}" for r in ranks), transform=ax.get_xaxis_transform(),
-                color="#c00000", fontsize=9, fontweight="bold", ha="center", va="bottom")
+        ax.text(
+            step + 0.5,
+            1.02,
+            " ".join(f"#{r}" for r in ranks),
+            transform=ax.get_xaxis_transform(),
+            color="#c00000",
+            fontsize=9,
+            fontweight="bold",
+            ha="center",
+            va="bottom",
+        )
     return [Line2D([], [], color="#c00000", ls="--", label="hypothesis onset (#rank)")] if by_step else []
 
 
@@ -138,11 +187,20 @@ def _curve(ax, axis: Axis, steps: np.ndarray, values: np.ndarray, name: str, col
     starts = np.flatnonzero(np.r_[True, np.diff(cols) != 0])
     counts = np.diff(np.r_[starts, steps.size])
     x = axis.start + (cols[starts] + 0.5) * axis.width
-    ax.fill_between(x, np.minimum.reduceat(values, starts), np.maximum.reduceat(values, starts), color=color,
-                    alpha=0.25, lw=0, step="mid")
+    ax.fill_between(
+        x,
+        np.minimum.reduceat(values, starts),
+        np.maximum.reduceat(values, starts),
+        color=color,
+        alpha=0.25,
+        lw=0,
+        step="mid",
+    )
     ax.plot(x, np.add.reduceat(values, starts) / counts, color=color, lw=1)
-    return [Line2D([], [], color=color, label=f"{name} (mean per {axis.width:.3g} steps)"),
-            Patch(facecolor=color, alpha=0.25, label=f"{name}: min..max")]
+    return [
+        Line2D([], [], color=color, label=f"{name} (mean per {axis.width:.3g} steps)"),
+        Patch(facecolor=color, alpha=0.25, label=f"{name}: min..max"),
+    ]
 
 
 def _figure(ax_h: float, top: float, bottom: float):
@@ -169,7 +227,7 @@ def _outline() -> list:
 
 
 def _short(label: str, width: int = 30) -> str:
-    return label if len(label) <= width else label[: width // 2 - 1] + "…" + label[-(width // 2 - 1):]
+    return label if len(label) <= width else label[: width // 2 - 1] + "…" + label[-(width // 2 - 1) :]
 
 
 def _svg(fig: Figure, ax, name: str) -> Svg:
@@ -181,8 +239,8 @@ def _svg(fig: Figure, ax, name: str) -> Svg:
     with rc_context({"svg.fonttype": "none", "svg.hashsalt": f"neuraldbg-{name}"}):
         fig.savefig(buf, format="svg", metadata={"Date": None})
     svg = buf.getvalue()
-    svg = svg[svg.index("<svg"):]
-    svg = re.sub(r'<svg ([^>]*?)width="[^"]*" height="[^"]*"', r'<svg \1', svg, count=1)  # the page sizes it
+    svg = svg[svg.index("<svg") :]
+    svg = re.sub(r'<svg ([^>]*?)width="[^"]*" height="[^"]*"', r"<svg \1", svg, count=1)  # the page sizes it
     used = set(re.findall(r'(?:url\(#|href="#)([^")]+)', svg))  # ids nothing points at would repeat per figure
     svg = re.sub(r' id="([^"]+)"', lambda m: m.group(0) if m.group(1) in used else "", svg)
     return Svg(svg, (x0, 1 - y0 - h, w, h))

@@ -1,5 +1,6 @@
 """stats.jsonl rows -> the loss series of the report. A missing (null) loss is told apart with the events:
 NaN/Inf where the monitor saw the loss turn non-finite, otherwise "no loss recorded"."""
+
 from __future__ import annotations
 
 import math
@@ -45,4 +46,3 @@ def loss_data(stats: list[dict[str, Any]], states: States) -> LossData:
     out.log = bool(finite.size) and finite.min() > 0 and finite.max() / finite.min() > LOG_SPAN
     out.nonfinite, out.missing = sorted(set(out.nonfinite)), sorted(set(out.missing))
     return out
-
