@@ -63,8 +63,8 @@ def _flow(h: Hypothesis) -> int:
     """How early in its onset step the hypothesis's first evidence of that step lies (forward, then loss,
     gradients, weights); an onset without such evidence sorts in the middle."""
     site = next(
-        (e.get("site") for e in h.evidence if isinstance(e, dict) and e.get("step") == h.origin.step and e.get("site")),
-        None,
+        (e["site"] for e in h.evidence if isinstance(e, dict) and e.get("step") == h.origin.step and e.get("site")),
+        "",
     )
     return _FLOW.get(site, 2)
 
@@ -130,7 +130,7 @@ def divergence(runs: list[RunData], th: Thresholds) -> Hypothesis | None:
         if not differ:
             last_same = step
             continue
-        off = [run.rank for run, r in zip(runs, rows) if any(r[k] != rows[0][k] for k in differ)]
+        off = [run.rank or 0 for run, r in zip(runs, rows) if any(r[k] != rows[0][k] for k in differ)]
         root, module = differ[0].split("|", 1) if "|" in differ[0] else (None, differ[0])
         names = [k.split("|", 1)[-1] for k in differ]
         since = f"between step {last_same} and step {step}" if last_same is not None else f"by step {step}"

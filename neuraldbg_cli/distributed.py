@@ -9,6 +9,7 @@ import datetime as dt
 import hashlib
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,7 @@ class RankInfo:
         return f"[rank {self.rank}] "
 
 
-def rank_info(env: dict[str, str] | None = None) -> RankInfo | None:
+def rank_info(env: Mapping[str, str] | None = None) -> RankInfo | None:
     """This process's place in a torchrun job (RANK / WORLD_SIZE / ...), None outside one or with one rank."""
     env = os.environ if env is None else env
     try:

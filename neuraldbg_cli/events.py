@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field
 
-EVENT_SCHEMA = "neuraldbg.event/1"
+EVENT_SCHEMA: Final = "neuraldbg.event/1"
 EXPLAIN_SCHEMA = "neuraldbg.explain/1"
 META_SCHEMA = "neuraldbg.meta/1"
 SUPPORTED_EVENT_SCHEMAS = {EVENT_SCHEMA}
@@ -99,7 +99,8 @@ class SemanticEvent(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     reports it). Instances are not tracked by the cyclic GC (gc=False): they hold no cycles, and 200k of them
     would slow every collection."""
 
-    schema_: Literal[EVENT_SCHEMA] = msgspec.field(default=EVENT_SCHEMA, name="schema")
+    # EVENT_SCHEMA spelled out: mypy takes no constant's name inside Literal[...]
+    schema_: Literal["neuraldbg.event/1"] = msgspec.field(default=EVENT_SCHEMA, name="schema")
     type: str
     step: Annotated[int, msgspec.Meta(ge=0, le=MAX_STEP)]
     module: str | None = None

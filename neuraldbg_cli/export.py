@@ -27,9 +27,14 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _scalars(row: dict[str, Any], several_roots: bool) -> Iterator[tuple[str, float]]:
-    """(tag, value) for one stats row. Tags start with the statistic, so TensorBoard groups a statistic's
-    layers together; the root model's name is kept only when several models were trained."""
+def _dict(v: Any) -> dict[Any, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def _scalars(row: dict[str, Any], several_roots: bool) -> Iterator[tuple[str, Any]]:
+    """(tag, value as the row holds it: the caller keeps the numbers) for one stats row. Tags start with the
+    statistic, so TensorBoard groups a statistic's layers together; the root model's name is kept only when
+    several models were trained."""
 
     def name(key: str) -> str:  # "root|module" or "root|module|site"
         root, module, *site = key.split("|")
@@ -41,7 +46,7 @@ def _scalars(row: dict[str, Any], several_roots: bool) -> Iterator[tuple[str, fl
         yield from ((f"loss/{series}", v) for series, v in losses.items())
     else:
         yield "loss", row.get("loss")
-    acts_by_key = row.get("acts") if isinstance(row.get("acts"), dict) else {}
+    acts_by_key = _dict(row.get("acts"))
     for key, acts in acts_by_key.items():
         if not (isinstance(acts, list) and len(acts) > NONFINITE and isinstance(key, str) and key.count("|") == 2):
             continue
@@ -57,7 +62,7 @@ def _scalars(row: dict[str, Any], several_roots: bool) -> Iterator[tuple[str, fl
         else:  # data: the model's input, a loss's targets
             for stat, i in (("mean", MEAN), ("std", STD), ("min", MIN), ("max", MAX), ("nonfinite", NONFINITE)):
                 yield f"data_{stat}/{name(key)}", acts[i]
-    updates = row.get("updates") if isinstance(row.get("updates"), dict) else {}
+    updates = _dict(row.get("updates"))
     for key, grad in (row.get("grads") or {}).items():
         if not (isinstance(grad, list) and len(grad) == 2 and isinstance(key, str)):
             continue

@@ -20,7 +20,7 @@ import time
 import traceback
 import types
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from neuraldbg_cli import __version__
 from neuraldbg_cli.config import Settings
@@ -41,6 +41,9 @@ from neuraldbg_cli.errors import ExitCode, NeuraldbgError
 from neuraldbg_cli.events import META_SCHEMA, ActStats, SemanticEvent, StepRecord
 from neuraldbg_cli.monitor import Monitor
 from neuraldbg_cli.trace import EVENTS, META, RunData, RunWriter, point_latest, rank_file, read_job
+
+if TYPE_CHECKING:  # types only
+    from importlib.abc import InspectLoader
 
 MAX_LIVE_LINES = 40
 
@@ -90,10 +93,12 @@ def prepare_run_dir(settings: Settings, stem: str, info: RankInfo | None = None)
     """The run directory, made and checked writable. A rank of a torchrun job shares its job's directory
     (distributed.shared_run_dir) and refuses one that already holds its rank's trace."""
     explicit = settings.run_dir is not None
-    if info is not None:
-        run_dir = Path(settings.run_dir) if explicit else Path("runs") / f"{job_start():%Y%m%d-%H%M%S}-{stem}"
+    if settings.run_dir is not None:
+        run_dir = Path(settings.run_dir)
+    elif info is not None:
+        run_dir = Path("runs") / f"{job_start():%Y%m%d-%H%M%S}-{stem}"
     else:
-        run_dir = Path(settings.run_dir) if explicit else default_run_dir(stem)
+        run_dir = default_run_dir(stem)
     if run_dir.exists() and not run_dir.is_dir():
         raise NeuraldbgError(f"neuraldbg: --run-dir {run_dir} exists and is not a directory")
     if info is None and ((run_dir / EVENTS).exists() or (run_dir / JOB_FILE).exists()):
@@ -632,8 +637,9 @@ def run_script(typed: str) -> None:
     if spec is None or spec.loader is None:
         print(f"{sys.executable}: can't find '__main__' module in {path!r}", file=sys.stderr)
         raise SystemExit(1)
+    loader = cast("InspectLoader", spec.loader)  # a path entry's (source, .pyc, zip): each has get_code
     _exec_as_main(
-        spec.loader.get_code("__main__"),
+        loader.get_code("__main__"),
         __file__=spec.origin,
         __cached__=spec.cached,
         __loader__=spec.loader,

@@ -13,7 +13,7 @@ import statistics
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import (
@@ -41,7 +41,7 @@ NON_FINITE = "non_finite"
 _DIGITS = re.compile(r"\d+")  # block numbers in module names
 
 
-def _finite(v: float | None) -> bool:
+def _finite(v: float | None) -> TypeGuard[float]:
     return v is not None and math.isfinite(v)
 
 
@@ -187,6 +187,13 @@ class LossSeries:
     (MAD) of the step-to-step differences, so a steady trend does not count as noise; the reference is the
     best level so far with the noise measured when it was reached (the in-control phase). An upward CUSUM
     against best + k noise widths dates a rise where it began, not where it was confirmed."""
+
+    # set by _restart: None until known
+    best_noise: float | None
+    rise_from: int | None
+    _noise: float | None
+    prev_y: float | None
+    learned: int | None
 
     def __init__(self, th: Thresholds) -> None:
         self.th = th

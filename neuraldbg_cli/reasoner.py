@@ -8,7 +8,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -24,15 +24,15 @@ _LATE = 1 << 62  # an unknown onset sorts after every known one
 
 
 def build_context(run: RunData) -> Context:
-    settings = run.meta.get("settings") if isinstance(run.meta.get("settings"), dict) else {}
-    thresholds = settings.get("thresholds") if isinstance(settings.get("thresholds"), dict) else {}
+    settings = _dict(run.meta.get("settings"))
+    thresholds = _dict(settings.get("thresholds"))
     try:  # the thresholds the run was observed with (defaults for fields it predates)
         th = Thresholds.model_validate(thresholds)
     except ValidationError:
         th = Thresholds()
     every, window = settings.get("every"), thresholds.get("loss_window")
-    models = run.models.get("models") if isinstance(run.models.get("models"), list) else []
-    opts = run.models.get("optimizers") if isinstance(run.models.get("optimizers"), list) else []
+    models = _list(run.models.get("models"))
+    opts = _list(run.models.get("optimizers"))
     return Context(
         events=run.events,
         models=[m for m in models if isinstance(m, dict)],
@@ -41,6 +41,14 @@ def build_context(run: RunData) -> Context:
         loss_window=_count(window, 10),
         thresholds=th,
     )
+
+
+def _dict(value: Any) -> dict[Any, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _count(value: object, default: int) -> int:
@@ -261,7 +269,9 @@ def explain_job(job: JobData, min_confidence: float = 0.5) -> Report:
         }
         for run in job.runs
     }
-    run_info = {k: meta.get(k) for k in ("script", "exit_status", "status", "start", "end") if k in meta}
+    run_info: dict[str, Any] = {
+        k: meta.get(k) for k in ("script", "exit_status", "status", "start", "end") if k in meta
+    }
     run_info.update(world_size=meta.get("world_size", len(job.runs)), ranks=ranks)
     return Report(
         run_dir=", ".join(map(str, job.dirs)),

@@ -61,7 +61,12 @@ class Registry:
         k = self.class_count[cls]
         self.class_count[cls] += 1
         dead, hook, i = self._dead, self._on_death, len(self.roots)
-        root = Root(cls if k == 0 else f"{cls}#{k}", module, lambda _r: (dead.append(("root", i)), hook()))
+
+        def on_death(_r: object) -> None:  # holds no reference to the model
+            dead.append(("root", i))
+            hook()
+
+        root = Root(cls if k == 0 else f"{cls}#{k}", module, on_death)
         root.wrappers, root.cls = wrappers, cls
         scan_root(root, module, self.index, self._claim)
         if wrapper not in self.index:
@@ -82,7 +87,7 @@ class Registry:
         if self.claimed(p):
             return False
         pid, dead = id(p), self._dead
-        ref = weakref.ref(p, lambda _r, pid=pid: dead.append(("param", pid)))
+        ref = weakref.ref(p, lambda _r: dead.append(("param", pid)))
         self._prefs[pid] = (ref, root, name, p.numel())
         self.pinfo[pid] = (root.name, name)
         root.prefs.append((name, ref))

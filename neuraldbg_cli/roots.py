@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -23,6 +23,7 @@ def first_float(obj: Any, depth: int = 0) -> torch.Tensor | None:
         return obj if obj.is_floating_point() and obj.layout == torch.strided else None
     if depth > 2:
         return None
+    items: Iterable[Any]
     if isinstance(obj, (tuple, list)):
         items = obj
     elif isinstance(obj, dict):

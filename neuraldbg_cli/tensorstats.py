@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeGuard
 
 import torch
 
@@ -25,6 +25,9 @@ from neuraldbg_cli.vocab import (
     SAT11_TYPES,
     SATURATING_TYPES,
 )
+
+if TYPE_CHECKING:  # types only: nothing here imports torch.distributed at run time
+    from torch.distributed.tensor import DTensor
 
 # which statistics a site needs, beyond sum / sum of squares / min / max
 DEAD, SAT01, SAT11, EXACT = 1, 2, 4, 8  # units never > 0; near 0 or 1; near -1 or 1; two-pass std + finite count
@@ -185,7 +188,7 @@ _BITS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 CHECKSUM_BITS = 0xFFFFFF  # a checksum is kept to 24 bits, so float32 carries it home exactly
 
 
-def is_sharded(t: torch.Tensor) -> bool:
+def is_sharded(t: torch.Tensor) -> TypeGuard[DTensor]:
     """A DTensor (FSDP2's sharded parameters and gradients): only its local shard is read, with no collective."""
     return type(t).__name__ == "DTensor"
 
@@ -227,9 +230,10 @@ def checksums(views: list[torch.Tensor | None]) -> torch.Tensor | list[torch.Ten
     sums = [
         v.sum(dtype=torch.int64 if v.dtype is torch.int64 else torch.int32) if v is not None else None for v in views
     ]
+    present = [s for s in sums if s is not None]
     try:
-        if all(s is not None for s in sums) and len({s.dtype for s in sums}) == 1:
-            return _fold(torch.stack(sums))  # type: ignore[arg-type]
+        if len(present) == len(sums) and len({s.dtype for s in present}) == 1:
+            return _fold(torch.stack(present))
     except RuntimeError:  # on more than one device
         pass
     return [_fold(s) if s is not None else torch.full((), math.nan) for s in sums]

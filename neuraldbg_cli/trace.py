@@ -11,7 +11,7 @@ import gc
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,8 +172,10 @@ def _is_file(path: Path) -> bool:
         if os.path.lexists(path):
             raise NeuraldbgError(f"neuraldbg: {path} is a broken symlink") from None
         return False
-    except (OSError, RuntimeError) as e:
+    except OSError as e:
         raise NeuraldbgError(f"neuraldbg: cannot open {path}: {e.strerror or e}") from None
+    except RuntimeError as e:  # has no strerror
+        raise NeuraldbgError(f"neuraldbg: cannot open {path}: {e}") from None
     if not stat.S_ISREG(mode):
         raise NeuraldbgError(f"neuraldbg: {path} is not a regular file")
     return True
@@ -241,7 +243,7 @@ def iter_blocks(path: Path) -> Iterator[tuple[int, bytes | None, bool]]:
             yield n, head, False
 
 
-def split_block(body: bytes | None, complete: bool) -> list[bytes | None]:
+def split_block(body: bytes | None, complete: bool) -> Sequence[bytes | None]:
     """An iter_blocks block as the lines iter_lines would give, without their newlines (None: over-long)."""
     return [None] if body is None else body[:-1].split(b"\n") if complete else [body]
 
@@ -294,7 +296,7 @@ class _EventReader:
         self.events += events
         return True
 
-    def _lines(self, first: int, lines: list[bytes | None], complete: bool) -> bool:
+    def _lines(self, first: int, lines: Sequence[bytes | None], complete: bool) -> bool:
         """Line by line, in line order, each bad line worded in a warning; False when MAX_EVENTS is reached.
         `complete`: False for a cut-short last line."""
         path = self.path.name
@@ -513,7 +515,7 @@ def _drop_mistyped(obj: dict[str, Any], fields: dict[str, type], where: str, war
         if (
             key not in out
             or isinstance(value, typ)
-            and not (typ is int and (isinstance(value, bool) or abs(value) >= MAX_INT))
+            and not (typ is int and isinstance(value, int) and (isinstance(value, bool) or abs(value) >= MAX_INT))
         ):
             continue
         del out[key]

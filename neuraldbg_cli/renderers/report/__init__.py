@@ -95,12 +95,12 @@ def _draw(
             continue
         s = sections[name]
         s.grid, s.title = g, g.title
-        marks = [
+        onset_marks = [
             (h.rank, row, h.origin.step)
             for h in report.hypotheses
             if _plot_of(h) == name and (row := _row(h, g)) is not None
         ]
-        _drawn(s, plots.heatmap, g, marks)
+        _drawn(s, plots.heatmap, g, onset_marks)
 
 
 def _drawn(section: Section, draw: Callable[..., Any], *args: Any) -> None:
@@ -123,7 +123,7 @@ def _thin(marks: list[tuple[int, str]], axis: grids.Axis) -> list[tuple[int, str
 def _plot_of(h: Hypothesis) -> str:
     if h.kind in KIND_PLOT:
         return KIND_PLOT[h.kind]
-    sites = [e.get("site") for e in h.evidence if e.get("module") == h.origin.module]
+    sites = [e.get("site") or "" for e in h.evidence if e.get("module") == h.origin.module]
     return SITE_PLOT.get(sites[0] if sites else "", "grad" if h.origin.module else "loss")
 
 

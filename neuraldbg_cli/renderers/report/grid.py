@@ -119,12 +119,12 @@ class States:
             steps.append(ev.step)
             states.append(ev.to)
         self._keys: dict[str, list[str]] = {}
-        for site, key in self._t:
-            self._keys.setdefault(site, []).append(key)
+        for site, module_key in self._t:
+            self._keys.setdefault(site, []).append(module_key)
 
     def at(self, site: str, key: str, step: int) -> str | None:
         steps, states = self._t.get((site, key), ((), ()))
-        i = bisect.bisect_right(steps, step)  # type: ignore[arg-type]
+        i = bisect.bisect_right(steps, step)
         return states[i - 1] if i else None
 
     def any_at(self, site: str, step: int, state: str) -> bool:

@@ -95,7 +95,8 @@ def _hypothesis(h: Hypothesis, link: Link | None) -> str:
 
 
 def _evidence_row(e: dict[str, Any]) -> str:
-    metrics = e.get("metrics") if isinstance(e.get("metrics"), dict) else {}
+    raw = e.get("metrics")
+    metrics = raw if isinstance(raw, dict) else {}
     text = ", ".join(f"{k}={v:.3g}" if isinstance(v, (int, float)) else f"{k}={v}" for k, v in metrics.items())
     return (
         f"<tr><td>{escape(str(e.get('step', '')))}</td><td>{escape(str(e.get('module') or e.get('site') or ''))}"

@@ -29,7 +29,9 @@ def loss_data(stats: list[dict[str, Any]], states: States) -> LossData:
     out = LossData()
     columns: dict[str, tuple[list[int], list[float]]] = {n: ([], []) for n in names or ["loss"]}
     for r in stats:
-        values = r["losses"] if names and isinstance(r.get("losses"), dict) else {(names or ["loss"])[0]: r.get("loss")}
+        values: dict[str, Any] = (
+            r["losses"] if names and isinstance(r.get("losses"), dict) else {(names or ["loss"])[0]: r.get("loss")}
+        )
         for name, v in values.items():
             if name not in columns:
                 continue
