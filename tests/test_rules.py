@@ -94,3 +94,13 @@ def test_oscillation_dated_a_window_late_still_causes_saturation():
     assert rank([h.model_copy(deep=True) for h in hyps], slack=10)[0].kind == Kind.saturated_activation
     ranked = rank(hyps, slack=10, loss_window=10)
     assert ranked[0].kind == Kind.unstable_loss and ranked[1].caused_by == Kind.unstable_loss
+
+
+def test_event_schema_is_spelled_once_in_effect():
+    """The event type's Literal spells the schema out (mypy takes no constant there): it must stay EVENT_SCHEMA."""
+    import typing
+
+    from neuraldbg_cli.events import EVENT_SCHEMA
+
+    hint = typing.get_type_hints(SemanticEvent)["schema_"]
+    assert typing.get_args(hint) == (EVENT_SCHEMA,)
