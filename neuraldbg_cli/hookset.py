@@ -1,8 +1,10 @@
 """HookSet: every hook handle and monkeypatch neuraldbg installs, undone together (torch's
 RemovableHandle discipline), so that after a run torch's global hook dicts are empty and cost nothing."""
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class HookSet:
@@ -27,7 +29,7 @@ class HookSet:
             except Exception:  # noqa: BLE001 - keep undoing the rest
                 pass
 
-    def __enter__(self) -> "HookSet":
+    def __enter__(self) -> HookSet:
         return self
 
     def __exit__(self, *exc: Any) -> None:

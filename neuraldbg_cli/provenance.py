@@ -7,20 +7,32 @@ a detached GAN sample, a teacher's prediction). Storage identity, not data_ptr: 
 object per live storage, so a weak reference to it lives exactly as long as the memory, and a new batch that
 reuses a freed output's address is never mistaken for it. A bool tensor is a mask, integer ids have no
 float statistics. Targets are arguments of loss modules and loss functions only, judged by the same rule."""
+
 from __future__ import annotations
 
 import os
 import sys
 import weakref
 from collections import deque
-from typing import Any, Callable, Optional
+from collections.abc import Callable, Iterable
+from types import FrameType
+from typing import Any
 
 import torch
 
 # torch.nn.functional losses whose target is a float tensor (the 2nd argument, or `target=`). nn loss modules
 # call these too: the caller observes a loss module's target and skips calls made inside a module.
-FLOAT_TARGET_LOSSES = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
-                       "binary_cross_entropy_with_logits", "kl_div", "poisson_nll_loss", "gaussian_nll_loss")
+FLOAT_TARGET_LOSSES = (
+    "mse_loss",
+    "l1_loss",
+    "smooth_l1_loss",
+    "huber_loss",
+    "binary_cross_entropy",
+    "binary_cross_entropy_with_logits",
+    "kl_div",
+    "poisson_nll_loss",
+    "gaussian_nll_loss",
+)
 OUTPUTS_KEPT = 64  # model outputs remembered (storages, weakly): a few steps of a few models' outputs
 TENSORS_PER_OUTPUT = 8  # of one call's output: (output, (h, c)) and similar, not a whole KV cache
 
@@ -31,7 +43,7 @@ _INSIDE = (os.path.dirname(torch.__file__), os.path.dirname(__file__))  # torch'
 def call_site() -> tuple[str, int]:
     """Where the script made the call being observed (file, line), past torch's and neuraldbg's frames.
     Reads only the code position of each frame, never its locals."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(24):
         if frame is None:
             break
@@ -65,9 +77,9 @@ class Sites:
         return False
 
 
-def first_tensor(args: Any, depth: int = 0) -> Optional[torch.Tensor]:
+def first_tensor(args: Any, depth: int = 0) -> torch.Tensor | None:
     """The first tensor of a call's positional arguments, by position (into tuples/lists/dicts)."""
-    for a in (args.values() if isinstance(args, dict) else args):
+    for a in args.values() if isinstance(args, dict) else args:
         if isinstance(a, torch.Tensor):
             return a
         if depth < 2 and isinstance(a, (tuple, list, dict)):
@@ -83,6 +95,7 @@ def _tensors(obj: Any, out: list, depth: int = 0) -> None:
     if isinstance(obj, torch.Tensor):
         out.append(obj)
     elif depth < 3:
+        items: Iterable[Any]
         if isinstance(obj, (tuple, list)):
             items = obj
         elif isinstance(obj, dict):
@@ -140,7 +153,7 @@ def from_outside(t: torch.Tensor, outputs: Outputs) -> bool:
     return not (t.requires_grad or t.grad_fn is not None or t.dtype == torch.bool or outputs.made(t))
 
 
-def loss_target(args: tuple, kwargs: dict) -> Optional[torch.Tensor]:
+def loss_target(args: tuple, kwargs: dict) -> torch.Tensor | None:
     """The target of a loss call: `target=`, else the 2nd positional tensor."""
     t = kwargs.get("target") if kwargs else None
     if t is None:

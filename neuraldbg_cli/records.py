@@ -1,17 +1,24 @@
 """Per-step buffers of device tensors, and their one trip to the host: a buffer keeps 0-d statistics
-on the device with a host-side layout saying what each is; `to_records` reads every pending buffer in one
-transfer and turns the values into StepRecords."""
+on the device with a host-side layout saying what each is; `Steps` holds the buffer of the step under way;
+the `Outbox` keeps closed steps until `to_records` reads every pending buffer in one transfer and turns the
+values into StepRecords.
+
+Why batched: a `.item()` per statistic would make the device wait once per module; one transfer per
+sampled step (or every `every` steps) makes it wait once. On the CPU there is no wait to save, and a
+step's values are read as it closes (see `_on_cpu`)."""
+
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 
 from neuraldbg_cli import tensorstats as ts
 from neuraldbg_cli.events import ActStats, GradStats, StepRecord
-
+from neuraldbg_cli.guard import Guard
 
 # Checks one step holds before repeated keys are folded (StepBuffer.check): a few per module and forward, so
 # several dozen forwards of a large model; each is a 0-d device tensor (about 1 KB with its allocation), so
@@ -19,26 +26,50 @@ from neuraldbg_cli.events import ActStats, GradStats, StepRecord
 MAX_CHECKS = 8192
 
 
+class Slot(NamedTuple):
+    """Where some of a buffer's parts go on the host (see `_place`)."""
+
+    what: str  # "loss", "full", "grad", "weight", "update" or "checksum"
+    key: Any  # the series, the site (root, module, site), or the parameters' owners
+    length: int  # values in the parts
+    extra: Any  # what `_place` needs besides the values (a Layout, norm factors) or None
+
+
 class StepBuffer:
     """Device tensors of one step plus the host-side layout that tells what each value is."""
 
-    __slots__ = ("step", "sampled", "parts", "layout", "checks", "check_keys", "losses", "pending", "main", "seen",
-                 "covered", "time", "scaled", "active", "_check_at")
+    __slots__ = (
+        "step",
+        "sampled",
+        "parts",
+        "layout",
+        "checks",
+        "check_keys",
+        "losses",
+        "pending",
+        "main",
+        "seen",
+        "covered",
+        "time",
+        "scaled",
+        "active",
+        "_check_at",
+    )
 
     def __init__(self, step: int, sampled: bool) -> None:
         self.step, self.sampled = step, sampled
         self.parts: list[torch.Tensor] = []  # 0-d (or 1-d) device tensors, in layout order
-        self.layout: list[tuple[str, tuple, int, Any]] = []  # (what, key, number of values, extra)
+        self.layout: list[Slot] = []
         self.checks: list[torch.Tensor] = []  # the cheap non-finite checks (0-d), most of the parts: kept apart
         self.check_keys: list[tuple] = []
         self.losses: dict[str, torch.Tensor] = {}  # loss series (the root model an optimizer trains) -> its sum
-        self.pending: Optional[torch.Tensor] = None  # backward losses since the last optimizer step, summed
-        self.main: Optional[str] = None  # the series of the optimizer that paces the steps (StepRecord.loss)
-        self._check_at: Optional[dict[tuple, int]] = None  # key -> index, once the checks are folded
+        self.pending: torch.Tensor | None = None  # backward losses since the last optimizer step, summed
+        self.main: str | None = None  # the series of the optimizer that paces the steps (StepRecord.loss)
+        self._check_at: dict[tuple, int] | None = None  # key -> index, once the checks are folded
         self.seen: set[tuple] = set()
         self.covered: set[int] = set()  # params whose gradient was read at an optimizer's pre-step
         self.active: set[str] = set()  # roots whose forward ran in this step
-        self.time: Optional[float] = None  # perf_counter() when the step closed
+        self.time: float | None = None  # perf_counter() when the step closed
         self.scaled = False  # a GradScaler-scaled backward happened in this step
 
     def check(self, key: tuple, t: torch.Tensor) -> None:
@@ -51,8 +82,8 @@ class StepBuffer:
             return
         if self._check_at is None:
             self._check_at = {}
-            for i, k in enumerate(self.check_keys):
-                self._check_at.setdefault(k, i)
+            for n, k in enumerate(self.check_keys):
+                self._check_at.setdefault(k, n)
         i = self._check_at.get(key)
         if i is None:
             self._check_at[key] = len(self.checks)
@@ -75,40 +106,74 @@ class StepBuffer:
         if main:
             self.main = series
 
-    def add(self, what: str, key: tuple, t: torch.Tensor) -> None:
+    def add(self, what: str, key: Any, t: torch.Tensor) -> None:
         self.parts.append(t)
-        self.layout.append((what, key, t.numel(), None))
+        self.layout.append(Slot(what, key, t.numel(), None))
 
-    def extend(self, what: str, key: Any, ts: list[torch.Tensor], extra: Any = None) -> None:
+    def extend(self, what: str, key: Any, values: list[torch.Tensor], extra: Any = None) -> None:
         """Several 0-d tensors as one entry (no per-entry stack: the transfer stacks everything once)."""
-        self.parts.extend(ts)
-        self.layout.append((what, key, len(ts), extra))
+        self.parts.extend(values)
+        self.layout.append(Slot(what, key, len(values), extra))
 
 
-def update_before(params: list, owners: tuple, sparse: frozenset) -> tuple:
-    """Update-to-weight ratio, the usual evidence of a too large learning rate (healthy around 1e-3): the
-    norm of the change one optimizer step makes, measured on sampled steps. Before the step: an fp32 copy of
-    an even sample of each parameter (tensorstats.sample: whole when small); `update_norms` subtracts it from
-    the same sample after the step and scales the norm to the whole tensor as a gradient sample's is. Large
-    sparse-gradient parameters (`sparse`: embeddings) are left out: a sample could miss every row a step moved.
-    Device ops only: the norms go home with the step's other statistics."""
-    keep = [i for i, p in enumerate(params) if (p.numel() <= 2 * ts.SAMPLE or id(p) not in sparse) and ts.holds(p)]
-    params = [params[i] for i in keep]
-    with torch.no_grad():  # of a sharded parameter, the local shard: the scale below takes it to the whole
-        before = [ts.sample(ts.local(p).detach().reshape(-1)).to(torch.float32, copy=True) for p in params]
-    return params, tuple(owners[i] for i in keep), before
+class Steps:
+    """The training step under way: its number and its buffer, sampled (full statistics) or not as the
+    schedule says. Every probe part adds to the buffer of the step under way."""
+
+    __slots__ = ("step", "buf", "_schedule")
+
+    def __init__(self, schedule: Callable[[int], bool]) -> None:
+        self._schedule = schedule
+        self.step = 0
+        self.buf = StepBuffer(0, schedule(0))
+
+    def next(self) -> None:
+        self.step += 1
+        self.buf = StepBuffer(self.step, self._schedule(self.step))
 
 
-def update_norms(buf: StepBuffer, params: list, owners: tuple, before: list) -> None:
-    """After the optimizer step: see update_before."""
-    with torch.no_grad():
-        after = [ts.sample(ts.local(p).detach().reshape(-1)).float() for p in params]
-        keep = [i for i, (a, b) in enumerate(zip(after, before)) if a.shape == b.shape]
-        if not keep:
+def _on_cpu(buf: StepBuffer) -> bool:
+    """A step whose values are on the CPU is read at once: that needs no device synchronisation, and small
+    tensors kept across steps would pin glibc's heap under the freed activations (measured: +25-60 MB RSS
+    on the benchmark models when read every 10 steps)."""
+    t = buf.checks[0] if buf.checks else buf.parts[0] if buf.parts else next(iter(buf.losses.values()), None)
+    return t is None or t.device.type == "cpu"
+
+
+class Outbox:
+    """Closed steps on their way to `on_steps`: sent at each sampled step (after the first few, every
+    `every`-th: so one transfer per `every` steps), when `every` are pending, or at once on the CPU. A change
+    of the models' description is announced (`on_models`) before the records that may name the new models."""
+
+    def __init__(
+        self, on_steps: Callable[[list[StepRecord]], None], on_models: Callable[[], None], every: int, guard: Guard
+    ) -> None:
+        self._on_steps, self._on_models, self._every, self._guard = on_steps, on_models, every, guard
+        self.pending: list[StepBuffer] = []
+        self._models_changed = False
+
+    def models_changed(self) -> None:
+        self._models_changed = True
+
+    def put(self, buf: StepBuffer) -> None:
+        self.pending.append(buf)
+        if buf.sampled or len(self.pending) >= self._every or _on_cpu(buf):
+            self.flush()
+
+    def flush(self) -> None:
+        """One device->host transfer for all pending steps; then hand the records over."""
+        pending, self.pending = self.pending, []
+        if not pending:
             return
-        norms = torch._foreach_norm(torch._foreach_sub([after[i] for i in keep], [before[i] for i in keep]))
-    scale = [math.sqrt(params[i].numel() / before[i].numel()) for i in keep]
-    buf.extend("update", tuple(owners[i] for i in keep), list(norms), scale if any(f != 1.0 for f in scale) else None)
+        try:
+            records = to_records(pending, grads_observed="grads" not in self._guard.off)
+        except Exception as e:  # noqa: BLE001
+            self._guard.fault("transfer", e)
+            return
+        if self._models_changed:
+            self._models_changed = False
+            self._on_models()
+        self._on_steps(records)
 
 
 def to_records(pending: list[StepBuffer], grads_observed: bool) -> list[StepRecord]:
@@ -125,12 +190,12 @@ def to_records(pending: list[StepBuffer], grads_observed: bool) -> list[StepReco
     for buf in pending:
         rec = StepRecord(step=buf.step, sampled=buf.sampled and grads_observed, active=buf.active, time=buf.time)
         for what, key, length, extra in buf.layout:
-            chunk = values[i:i + length]
+            chunk = values[i : i + length]
             i += length
             _place(rec, what, key, chunk, extra)
         if rec.losses:  # the pacing optimizer's series, else the first stepped
             rec.loss = rec.losses.get(buf.main, next(iter(rec.losses.values())))  # type: ignore[arg-type]
-        checks = values[i:i + len(buf.checks)]
+        checks = values[i : i + len(buf.checks)]
         i += len(buf.checks)
         if not math.isfinite(sum(checks)):  # a finite check says nothing: only a non-finite one is placed
             for key, v in zip(buf.check_keys, checks):
@@ -144,7 +209,7 @@ def to_records(pending: list[StepBuffer], grads_observed: bool) -> list[StepReco
     return records
 
 
-def _place(rec: StepRecord, what: str, key: tuple, chunk: list[float], extra: Any = None) -> None:
+def _place(rec: StepRecord, what: str, key: Any, chunk: list[float], extra: Any) -> None:
     if what == "loss":  # key: the series
         rec.losses[key] = chunk[0]
     elif what == "full":
@@ -174,4 +239,4 @@ def _accumulate(rec: StepRecord, owners: tuple, norms: list[float], attr: str) -
         if gs is None:
             gs = rec.grads[owner] = GradStats(norm=None, numel=0)
         prev = getattr(gs, attr)
-        setattr(gs, attr, s ** 0.5 if prev is None else (prev * prev + s) ** 0.5)
+        setattr(gs, attr, s**0.5 if prev is None else (prev * prev + s) ** 0.5)

@@ -9,9 +9,10 @@ backward pass is a step. An optimizer that exists but is never stepped (a forgot
 make the whole run one step: a `zero_grad()` that discards the gradients of a backward pass no optimizer step
 used, before any optimizer has stepped, ends that step; failing that, `ACCUMULATION_LIMIT` backward passes
 without a step do."""
+
 from __future__ import annotations
 
-from typing import Callable, Hashable, Optional
+from collections.abc import Callable, Hashable
 
 # Backward passes one step may accumulate before, no optimizer step having come, they are counted one a step.
 # Only reached by a script that neither steps an optimizer nor zeroes its gradients (a forgotten step is
@@ -35,15 +36,11 @@ class StepClock:
         self.fallback = False  # counting backward passes although an optimizer exists (limit hit), until one steps
         self.done = False  # a backward-counted step is complete: it closes when the next pass or zero_grad begins
         self.taken = False  # inside an optimizer step: a backward's loss was taken (LBFGS: the first closure value)
-        self.lead: Optional[Hashable] = None  # the optimizer that steps first in an iteration (see _paces)
-        self._pacer: Optional[Hashable] = None  # the one whose step closes the training step
+        self.lead: Hashable | None = None  # the optimizer that steps first in an iteration (see _paces)
+        self._pacer: Hashable | None = None  # the one whose step closes the training step
         self._waiting: dict[Hashable, int] = {}  # steps of each other optimizer since the lead's last
         self._streak: dict[Hashable, int] = {}  # lead intervals in a row in which each other optimizer stepped
         self._interval: list[Hashable] = []  # other optimizers stepped since the lead's last step, in order
-
-    @property
-    def stepping(self) -> bool:
-        return self.depth > 0
 
     def due(self) -> bool:
         """A forward or backward pass begins: close a completed backward-counted step now. Closing it lazily
@@ -101,7 +98,7 @@ class StepClock:
             return True
         return False
 
-    def step_end(self, key: Hashable, live: Callable[[Hashable], bool] = lambda k: True) -> Optional[bool]:
+    def step_end(self, key: Hashable, live: Callable[[Hashable], bool] = lambda k: True) -> bool | None:
         """An optimizer step ended: None for an inner one, else whether it closes the training step.
         `live(key)`: whether that optimizer still exists (a garbage-collected pacer is replaced at once)."""
         self.depth = max(0, self.depth - 1)

@@ -21,15 +21,15 @@ ROOT = Path(__file__).resolve().parent.parent
 MODELS = ["mlp", "cnn", "transformer", "lstm", "gpt"]
 # (label, owner, attribute); owner names are resolved in the child
 PARTS = [
-    ("forward hooks (all)", "Probe", "_post_forward"),
+    ("forward hooks (all)", "ForwardObserver", "post_forward"),
     ("  statistics of sampled sites", "ts", "full"),
     ("  non-finite sums", "ts", "cheap"),
-    ("gradient norms (pre-step)", "Probe", "_grad_norms"),
-    ("weight norms + checksums", "Probe", "_grad_stats"),
+    ("gradient norms (pre-step)", "GradReader", "norms"),
+    ("weight norms + checksums", "GradReader", "step_stats"),
     ("flush: transfer + records", "records", "to_records"),
     ("flush: monitor", "monitor.Monitor", "observe"),
     ("flush: stats.jsonl", "RunWriter", "stats"),
-    ("re-scan for new parameters", "Probe", "_rescan"),
+    ("re-scan for new parameters", "RootFinder", "rescan"),
 ]
 
 
@@ -38,14 +38,16 @@ def child(model: str, every: int, steps: int) -> None:
     import torch
 
     import bench_train as bt
-    from neuraldbg_cli import monitor, probes, records, trace
+    from neuraldbg_cli import monitor, records, trace
     from neuraldbg_cli import tensorstats as ts
     from neuraldbg_cli.config import Settings
+    from neuraldbg_cli.gradreader import GradReader
     from neuraldbg_cli.launch import Session
-    from neuraldbg_cli.probes import Probe
+    from neuraldbg_cli.observer import ForwardObserver
+    from neuraldbg_cli.rootfinder import RootFinder
 
-    owners = {"Probe": Probe, "ts": ts, "records": records, "monitor.Monitor": monitor.Monitor,
-              "RunWriter": trace.RunWriter}
+    owners = {"ForwardObserver": ForwardObserver, "GradReader": GradReader, "RootFinder": RootFinder, "ts": ts,
+              "records": records, "monitor.Monitor": monitor.Monitor, "RunWriter": trace.RunWriter}
     acc: collections.Counter = collections.Counter()
 
     def wrap(owner, attr, label):
@@ -64,7 +66,6 @@ def child(model: str, every: int, steps: int) -> None:
 
     for label, owner, attr in PARTS:
         wrap(owners[owner], attr, label)
-    probes.to_records = records.to_records  # imported by name into probes
 
     torch.manual_seed(0)
     net, opt, batches, loss_fn = bt.setup(model, torch.device("cpu"))

@@ -115,13 +115,13 @@ def _no_global_hooks_left():
 
 COUNT_ROOT_CALLS = """
 import atexit, collections
-from neuraldbg_cli import probes
+from neuraldbg_cli import observer
 calls = collections.Counter()
-_enter_root = probes.Probe._enter_root
+_enter_root = observer.ForwardObserver.enter_root
 def _counting(self, module, args):
     calls[type(module).__name__] += 1
     return _enter_root(self, module, args)
-probes.Probe._enter_root = _counting
+observer.ForwardObserver.enter_root = _counting
 atexit.register(lambda: print("ROOT_CALLS", dict(calls), file=sys.stderr))
 """
 
@@ -149,8 +149,8 @@ def half_a_line_then_disk_full(self, ev):
 trace.RunWriter.event = half_a_line_then_disk_full
 """, ["forward", "transfer", "events.jsonl"]),
     "grads+stats_writer": ("""
-from neuraldbg_cli import probes, trace
-probes.Probe._grad_norms = boom
+from neuraldbg_cli import gradreader, trace
+gradreader.GradReader.norms = boom
 def disk_full(*a, **k):
     raise OSError(28, 'No space left on device')
 trace.RunWriter.stats = disk_full

@@ -170,6 +170,6 @@ def test_cpu_steps_are_read_as_they_end():
             opt.zero_grad()
             nn.functional.mse_loss(model(x), y).backward()
             opt.step()
-            assert len(rec.records) == i + 1 and not rec.probe._pending
+            assert len(rec.records) == i + 1 and not rec.probe.outbox.pending
     assert [r.sampled for r in rec.records[10:22]] == [True] + [False] * 9 + [True, False]
     assert all(len(r.grads) == 2 and r.loss is not None for r in rec.records)

@@ -1,0 +1,79 @@
+"""Backward passes: torch.autograd.backward (which Tensor.backward calls) and GradScaler.scale, wrapped. Each
+pass's loss is kept for its step (summed, see StepClock.take_loss), and the step pacing hears when a pass
+begins and ends. A GradScaler's scaled loss is kept unscaled, as scale() received it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from neuraldbg_cli.guard import Guard
+from neuraldbg_cli.records import Steps
+from neuraldbg_cli.stepclock import StepClock
+
+
+class BackwardWatch:
+    """`begin()` before a pass (a due backward-counted step closes), `end(scaled)` after it."""
+
+    def __init__(
+        self, steps: Steps, clock: StepClock, guard: Guard, begin: Callable[[], None], end: Callable[[bool], None]
+    ) -> None:
+        self._steps, self._clock, self._guard, self._begin, self._end = steps, clock, guard, begin, end
+        self._in_backward = False  # a backward called inside one (a hook's own autograd call) is not a pass
+        self._scaled: set[int] = set()  # id() of GradScaler outputs whose unscaled loss is already kept
+
+    def wrap_backward(self, original: Callable) -> Callable:
+        watch = self
+
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            if watch._in_backward or "backward" in watch._guard.off or not watch._guard.mine():
+                return original(tensors, *args, **kwargs)
+            watch._in_backward = True
+            try:
+                watch._begin()
+                scaled = False
+                try:
+                    scaled = watch._record_loss(tensors)
+                except Exception as e:  # noqa: BLE001
+                    watch._guard.fault("backward", e)
+                result = original(tensors, *args, **kwargs)
+                watch._end(scaled)
+                return result
+            finally:
+                watch._in_backward = False
+
+        backward.__wrapped__ = original  # type: ignore[attr-defined]
+        return backward
+
+    def wrap_scale(self, original: Callable) -> Callable:
+        watch = self
+
+        def scale(scaler: Any, outputs: Any) -> Any:
+            result = original(scaler, outputs)
+            try:
+                if isinstance(outputs, torch.Tensor) and outputs.numel() == 1 and watch._guard.mine():
+                    if watch._clock.take_loss():
+                        watch._steps.buf.add_loss(outputs.detach().float().reshape(()))
+                    watch._scaled.add(id(result))
+            except Exception as e:  # noqa: BLE001
+                watch._guard.fault("loss", e)
+            return result
+
+        return scale
+
+    def _record_loss(self, tensors: Any) -> bool:
+        """Keep the loss of this backward pass; True when it is a GradScaler-scaled loss, whose unscaled value
+        scale() already kept."""
+        t = tensors if isinstance(tensors, torch.Tensor) else None
+        if t is None and isinstance(tensors, (tuple, list)) and len(tensors) == 1:
+            t = tensors[0] if isinstance(tensors[0], torch.Tensor) else None
+        if t is None or t.numel() != 1 or not t.is_floating_point():
+            return False
+        if id(t) in self._scaled:
+            self._scaled.discard(id(t))
+            return True
+        if self._clock.take_loss():
+            self._steps.buf.add_loss(t.detach().float().reshape(()))
+        return False

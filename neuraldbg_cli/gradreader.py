@@ -1,0 +1,143 @@
+"""What the parameters say about a step: gradient norms, weight norms, checksums and update norms, as 0-d
+device tensors added to the step's buffer (they go to the host with the step's other values, see records).
+
+Gradients are read once per parameter and step (`StepBuffer.covered`), in one fused norm per call. Of a
+sharded (DTensor) parameter only the local shard is read, with no collective: tensorstats.local_parts
+gives the factor that takes a shard's norm to the whole tensor's."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from neuraldbg_cli import tensorstats as ts
+from neuraldbg_cli.paramsets import ParamSet, ParamSets
+from neuraldbg_cli.records import StepBuffer
+
+# Between samples a dense gradient over this many elements is read through a 16K-element sample. A sample
+# costs a few extra per-tensor ops outside the fused norm: below ~0.5 MB they cost more than the reading
+# they save (measured: 2 * SAMPLE doubled the norm time of the transformer and the GPT; 8 * SAMPLE left it
+# level there and cut the MLP's 4x)
+SAMPLE_GRADS_OVER = 8 * ts.SAMPLE
+
+
+class UpdateBefore(NamedTuple):
+    """What `GradReader.before_update` keeps of a sampled optimizer step, for `update` after it."""
+
+    buf: StepBuffer  # the step it belongs to
+    params: list
+    owners: tuple
+    samples: list[torch.Tensor]  # fp32 copies of an even sample of each parameter
+
+
+class _BitViews(NamedTuple):
+    ptrs: list[int]  # data_ptr() of each weight when its views were made
+    views: list[torch.Tensor | None]
+
+
+class GradReader:
+    """Reads the parameters of `sets` into step buffers; holds only integer views of the weights."""
+
+    def __init__(self, sets: ParamSets) -> None:
+        self._sets = sets
+        self._views = _BitViews([], [])
+
+    def norms(self, buf: StepBuffer, ps: ParamSet) -> None:
+        """One fused norm over the gradients present that this step has not read yet; a parameter without a
+        .grad (or with a sparse one) is simply absent. Between samples a big dense gradient's RMS is read off
+        an even sample of it (tensorstats.sample), scaled to the whole tensor."""
+        params, owners = ps.params, ps.owners
+        grads: list = [p.grad for p in params]
+        if not buf.covered.isdisjoint(ps.ids) or any(g is None or g.layout != torch.strided for g in grads):
+            keep = [
+                i
+                for i, (p, g) in enumerate(zip(params, grads))
+                if g is not None and g.layout == torch.strided and id(p) not in buf.covered
+            ]
+            params, owners, grads = [params[i] for i in keep], tuple(owners[i] for i in keep), [grads[i] for i in keep]
+        buf.covered.update(ps.ids)
+        if not grads:
+            return
+        grads, scale = ts.local_parts(grads)
+        if not buf.sampled:
+            sparse = self._sets.sparse()
+            big = [
+                i
+                for i, (p, g) in enumerate(zip(params, grads))
+                if g.numel() > SAMPLE_GRADS_OVER and g.is_contiguous() and id(p) not in sparse
+            ]
+            if big:
+                grads, scale = list(grads), scale or [1.0] * len(grads)
+                for i in big:
+                    part = ts.sample(grads[i].view(-1))
+                    scale[i] *= math.sqrt(grads[i].numel() / part.numel())
+                    grads[i] = part
+        with torch.no_grad():
+            norms = torch._foreach_norm(grads)
+        buf.extend("grad", owners, list(norms), scale)
+
+    def step_stats(self, buf: StepBuffer) -> None:
+        """At the end of a step: the gradients no optimizer step read (parameters in no optimizer, a
+        backward-counted step), and on sampled steps every weight's norm and checksum (whether it moved)."""
+        ps = self._sets.every()
+        if (
+            not buf.scaled and not ps.ids <= buf.covered
+        ):  # outside an optimizer step, a GradScaler's gradients are still scaled
+            self.norms(buf, ps)
+        if buf.sampled and ps.params:
+            parts, shard_scale = ts.local_parts(ps.params)
+            with torch.no_grad():
+                norms = torch._foreach_norm(parts)
+                sums = ts.checksums(self._bit_views(ps.params))
+            buf.extend("weight", ps.owners, list(norms), shard_scale)
+            if isinstance(sums, torch.Tensor):
+                buf.add("checksum", ps.owners, sums)
+            else:
+                buf.extend("checksum", ps.owners, sums)
+
+    def before_update(self, buf: StepBuffer, ps: ParamSet) -> UpdateBefore:
+        """Update-to-weight ratio, the usual evidence of a too large learning rate (healthy around 1e-3): the
+        norm of the change one optimizer step makes, measured on sampled steps. Before the step: an fp32 copy
+        of an even sample of each parameter (tensorstats.sample: whole when small); `update` subtracts it from
+        the same sample after the step and scales the norm to the whole tensor as a gradient sample's is. Large
+        sparse-gradient parameters (embeddings) are left out: a sample could miss every row a step moved."""
+        sparse = self._sets.sparse()
+        keep = [
+            i for i, p in enumerate(ps.params) if (p.numel() <= 2 * ts.SAMPLE or id(p) not in sparse) and ts.holds(p)
+        ]
+        params = [ps.params[i] for i in keep]
+        with torch.no_grad():  # of a sharded parameter, the local shard: the scale in `update` takes it to the whole
+            samples = [ts.sample(ts.local(p).detach().reshape(-1)).to(torch.float32, copy=True) for p in params]
+        return UpdateBefore(buf, params, tuple(ps.owners[i] for i in keep), samples)
+
+    def update(self, before: UpdateBefore) -> None:
+        """After the optimizer step: see before_update."""
+        with torch.no_grad():
+            after = [ts.sample(ts.local(p).detach().reshape(-1)).float() for p in before.params]
+            keep = [i for i, (a, b) in enumerate(zip(after, before.samples)) if a.shape == b.shape]
+            if not keep:
+                return
+            diffs = torch._foreach_sub([after[i] for i in keep], [before.samples[i] for i in keep])
+            norms = torch._foreach_norm(diffs)
+        scale = [math.sqrt(before.params[i].numel() / before.samples[i].numel()) for i in keep]
+        before.buf.extend(
+            "update",
+            tuple(before.owners[i] for i in keep),
+            list(norms),
+            scale if any(f != 1.0 for f in scale) else None,
+        )
+
+    def forget(self) -> None:
+        """Drop the weights' views (a model died: nothing here may keep its memory; a weakref callback calls
+        this too, so one plain assignment)."""
+        self._views = _BitViews([], [])
+
+    def _bit_views(self, params: list) -> list[torch.Tensor | None]:
+        """ts.bit_views() of every weight, kept while each weight keeps its storage (building them costs
+        ops per parameter; `p.data = ...` gives a weight new storage, and new views)."""
+        ptrs = [p.data_ptr() for p in params]
+        if self._views.ptrs != ptrs:
+            self._views = _BitViews(ptrs, ts.bit_views(params))
+        return self._views.views

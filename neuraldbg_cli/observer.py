@@ -1,0 +1,251 @@
+"""Forward passes: which root model a top-level call trains (rootfinder), what is data (a model's first
+argument, a loss's target: see provenance), and per layer the statistics of its output and of the
+activation after it.
+
+Unsampled steps keep a 0-d sum per output where a NaN could be made (a NaN/Inf anywhere makes it
+non-finite, so a NaN is never missed); sampled steps add full statistics (tensorstats.full) of the first
+call of each site. Forward passes with gradients disabled (validation, inference) are not observed.
+
+DataParallel runs its replicas' forwards in worker threads, so the nesting depth, the current root and the
+previous output belong to a thread. A thread whose call begins, gradients on, while another thread's call
+of a trained root is under way is part of that call: a replica (a copy no root holds) is part of the
+DataParallel call, not a new model. Other threads' calls are their own (a background evaluation)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.nn.modules import module as _module
+from torch.nn.modules.loss import _Loss
+
+from neuraldbg_cli import tensorstats as ts
+from neuraldbg_cli.guard import Guard, compiling
+from neuraldbg_cli.provenance import Outputs, Sites, first_tensor, from_outside, loss_target
+from neuraldbg_cli.records import Steps
+from neuraldbg_cli.rootfinder import RootFinder
+from neuraldbg_cli.roots import OTHER, PARAMS, Root, first_float
+from neuraldbg_cli.tensorstats import CHEAP_ONLY, DEAD, EXACT, SAT
+
+# torch's global module hook dicts (what `_has_any_global_hook` reads)
+_GLOBAL_MODULE_HOOKS = (
+    "_global_forward_pre_hooks",
+    "_global_forward_hooks",
+    "_global_backward_pre_hooks",
+    "_global_backward_hooks",
+)
+
+
+class _Thread:
+    """One thread's place in the forward pass."""
+
+    __slots__ = ("depth", "base", "root", "layer", "out")
+
+    def __init__(self) -> None:
+        self.depth = 0  # module calls under way in this thread
+        self.base = 0  # 1 in a thread that joined another thread's call (its calls end there), else 0
+        self.root: Root | None = None  # the trained root whose forward this is
+        self.layer: str | None = None  # the last layer with parameters seen: an activation is attributed to it
+        self.out: torch.Tensor | None = None  # the last output seen
+
+
+class ForwardObserver:
+    """The bodies of the global forward hooks and of the torch.nn.functional loss wrappers. `begin()` is
+    called when a trained root's call begins (a backward-counted step closes there, see StepClock.due)."""
+
+    def __init__(self, steps: Steps, finder: RootFinder, guard: Guard, begin: Callable[[], None]) -> None:
+        self._steps, self._finder, self._guard, self._begin = steps, finder, guard, begin
+        self._off = guard.off  # (the same set: read at every module call)
+        self._outputs = Outputs()  # storages of recent model outputs: never data (see provenance)
+        self._sites = Sites()  # the call site that gives each data site its statistics (see provenance)
+        self.losses_on = False  # install() to removal: `from torch.nn.functional import mse_loss` keeps our wrapper
+        self._local = threading.local()
+        self._holder: _Thread | None = None  # the first thread whose top-level call is under way
+
+    def _thread(self) -> _Thread:
+        """This thread's state (the hooks inline the lookup: they run at every module call)."""
+        try:
+            return self._local.state
+        except AttributeError:
+            st = self._local.state = _Thread()
+            return st
+
+    # ---- hooks ----
+
+    def pre_forward(self, module: torch.nn.Module, args: tuple) -> None:
+        if compiling():  # traced by torch.compile: stay out of the graph (no recompiles, no graph breaks)
+            return
+        try:
+            st = self._local.state
+        except AttributeError:
+            st = self._thread()
+        if st.depth == 0:
+            holder = self._holder
+            if holder is None:
+                self._holder = st
+            elif holder is not st and holder.root is not None and self._training():  # a replica's worker thread
+                st.depth = st.base = 1
+                st.root = holder.root
+        st.depth += 1
+        if st.depth != 1 or "forward" in self._off:
+            return
+        try:
+            self.enter_root(module, args)
+        except Exception as e:  # noqa: BLE001
+            self._guard.fault("forward", e)
+
+    def post_forward(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
+        if compiling():
+            return
+        try:
+            st = self._local.state
+        except AttributeError:
+            st = self._thread()
+        st.depth = max(0, st.depth - 1)
+        root = st.root
+        if "forward" not in self._off:
+            try:
+                entry = root.observed.get(module) if root is not None else None
+                if type(entry) is tuple:
+                    self._observe_output(st, root, module, entry, args, output)
+                elif entry is not None:
+                    self._observe_container(st, root, entry, output)
+                if st.depth == 0:
+                    if root is not None:
+                        self._outputs.add(output)  # a model's output is never data
+                    else:
+                        self._other_output(module, args, output)
+            except Exception as e:  # noqa: BLE001
+                self._guard.fault("forward", e)
+        if st.depth <= st.base:  # this thread's outermost call ended
+            if self._holder is st:
+                self._holder = None
+            st.depth = st.base = 0
+            st.root = st.layer = st.out = None
+
+    def loss_call(self, args: tuple, kwargs: dict) -> None:
+        """A torch.nn.functional loss called by the script. Inside a module (a loss module's own forward,
+        a model computing its loss) it is not: a loss module's target was observed at its call."""
+        if compiling() or not self.losses_on or "forward" in self._off or self._thread().depth:
+            return  # (torch.compile first: traced, it reads no attribute of ours, so it guards on none)
+        try:
+            if self._training():
+                self._observe_target(loss_target(args, kwargs))
+        except Exception as e:  # noqa: BLE001
+            self._guard.fault("forward", e)
+
+    def foreign_hooks(self) -> bool:
+        """Stands in for torch's `_has_any_global_hook`, used (only) by torch.compile(model)'s warning that
+        global hooks fire an extra time on its wrapper. Ours handle the wrapper, so only other hooks count."""
+        hooks = [h for name in _GLOBAL_MODULE_HOOKS for h in getattr(_module, name, {}).values()]
+        return any(getattr(h, "__self__", None) is not self for h in hooks)
+
+    # ---- a top-level call ----
+
+    def enter_root(self, module: torch.nn.Module, args: tuple) -> None:
+        st = self._thread()
+        st.root = None
+        if not self._training():
+            return
+        if isinstance(module, _Loss) and not self._finder.is_root_part(module):
+            self._observe_target(loss_target(args, {}))
+            return
+        found = self._finder.find(module)
+        if found is None:
+            return
+        self._begin()
+        st.root, st.layer, st.out = found.root, None, None
+        self._steps.buf.active.add(found.root.name)
+        if found.whole:
+            x = first_tensor(args)  # by position: `model(tokens, hidden)` has int64 data, and no float statistics
+            if x is not None and x.is_floating_point() and x.numel() > 0 and from_outside(x, self._outputs):
+                self._observe_data((found.root.name, "", "input"), x)
+
+    def _training(self) -> bool:
+        """Whether a forward now can be training: gradients on, in this process, and no torch.func
+        transform under way (its tensors must not escape)."""
+        grad_on = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+        return grad_on and self._guard.mine() and not torch._C._are_functorch_transforms_active()
+
+    def _other_output(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
+        """A top-level call that trains no root. A module with parameters is a model (a frozen teacher, a
+        generator sampling under no_grad): its output is not data. One without parameters that returns a
+        scalar needing a gradient is a loss (custom losses subclass nn.Module): its 2nd argument is a target."""
+        if not self._guard.mine() or torch._C._are_functorch_transforms_active():
+            return
+        if next(module.parameters(), None) is not None:
+            self._outputs.add(output)
+        elif isinstance(output, torch.Tensor) and output.dim() == 0 and output.requires_grad:
+            if not isinstance(module, _Loss) and self._training():
+                self._observe_target(loss_target(args, {}))
+
+    # ---- data ----
+
+    def _observe_target(self, t: torch.Tensor | None) -> None:
+        """A loss's target, when it is data (a teacher's prediction or a mask is not)."""
+        if t is not None and t.is_floating_point() and t.numel() > 0 and from_outside(t, self._outputs):
+            self._observe_data(("", "", "target"), t)
+
+    def _observe_data(self, key: tuple, x: torch.Tensor) -> None:
+        steps = self._steps
+        if steps.buf.sampled and self._sites.canonical(key, steps.step):
+            self._add_once(key, x, EXACT)
+        else:
+            steps.buf.check(key, ts.cheap(x))
+
+    # ---- layers ----
+
+    def _observe_output(
+        self, st: _Thread, root: Root, module: torch.nn.Module, entry: tuple, args: tuple, output: Any
+    ) -> None:
+        """Activations are attributed to the layer they follow (the last module with parameters), so a
+        shared `self.act` or a functional F.relu still points at the layer whose units are dead."""
+        name, flags, kind, out_key = entry
+        buf = self._steps.buf
+        layer, prev_out = st.layer, st.out
+        # the tensor entering a layer: a functional activation's output (not for a normalisation layer: what
+        # enters it is the residual stream, not an activation; not for a module with children, the root model
+        # included: its hook runs after them, on its own inputs)
+        if kind == PARAMS and buf.sampled and layer is not None and not flags & CHEAP_ONLY:
+            x = first_float(args) if next(iter(module.children()), None) is None else None
+            if x is not None and x is not prev_out and x.numel() > 0:  # its units: where this layer reads them
+                axis = ts.unit_axis_flags(type(module).__name__)
+                self._add_once((root.name, layer, "activation"), x, DEAD | SAT | axis)
+        t = first_float(output)
+        act = flags & (DEAD | SAT)  # an activation function
+        if t is not None and t.numel() > 0 and (act or t is not prev_out):  # in-place activations: same tensor
+            key = (root.name, layer, "activation") if act and layer is not None else out_key
+            if (kind == PARAMS and not flags & CHEAP_ONLY) or (act and buf.sampled):
+                # an activation's units lie where the layer it follows puts them
+                axis = ts.unit_axis_flags(getattr(root.modules.get(layer), "type", None)) if act and layer else 0
+                self._add_once(key, t, flags | axis)
+            elif kind == OTHER or prev_out is None or first_float(args) is not prev_out:
+                buf.check(key, ts.cheap(t))  # no statistics of its own, but a NaN made here is seen here
+            # else: finite-preserving and fed the output just checked, so no NaN can start here. Also a
+            # normalisation layer: its weights turn NaN through a gradient (checked every step) or a broken
+            # optimizer update, which then shows at the next layer's check
+        st.layer = name if kind == PARAMS or not act else layer  # activations keep the layer's name
+        st.out = t
+        if name not in root._ordered:  # the order layers first ran in, for the trace
+            root._ordered.add(name)
+            root.order.append(name)
+
+    def _observe_container(self, st: _Thread, root: Root, name: str, output: Any) -> None:
+        t = first_float(output)
+        if t is not None and t is not st.out and t.numel() > 0:  # a Sequential just passes its last output
+            self._steps.buf.check((root.name, name, "output"), ts.cheap(t))
+        if name not in root._ordered:
+            root._ordered.add(name)
+            root.order.append(name)
+
+    def _add_once(self, key: tuple, x: torch.Tensor, flags: int) -> None:
+        """Full statistics for the first call of a site per sampled step; the cheap check otherwise."""
+        buf = self._steps.buf
+        if buf.sampled and key not in buf.seen and not flags & CHEAP_ONLY:
+            buf.seen.add(key)
+            values, lay = ts.full(x, flags)
+            buf.extend("full", key, values, lay)
+        else:
+            buf.check(key, ts.cheap(x))

@@ -1,0 +1,91 @@
+"""The optimizers of the run, held weakly: which exist (a step is paced by optimizer steps only while one
+does), the loss series each one's steps belong to, whether the leading one is still in play, and their
+description for the run directory (also of those already gone: a pre-training phase's)."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Hashable
+from typing import Any, NamedTuple
+
+import torch
+
+from neuraldbg_cli.guard import Guard
+from neuraldbg_cli.paramsets import ParamSets
+from neuraldbg_cli.stepclock import series_name
+
+
+class _Series(NamedTuple):
+    owners: tuple  # the ParamSet owners it was named from: compared by identity (they are cached)
+    every: tuple
+    name: str
+
+
+class OptimizerWatch:
+    """`changed()` is called when an optimizer appears (the models' description says which parameters
+    some optimizer has)."""
+
+    def __init__(self, sets: ParamSets, changed: Callable[[], None], guard: Guard) -> None:
+        self._sets, self._changed, self._guard = sets, changed, guard
+        # in the order they appeared (a dict, unlike a WeakSet, keeps it): model.json lists them so
+        self.optimizers: weakref.WeakKeyDictionary[torch.optim.Optimizer, None] = weakref.WeakKeyDictionary()
+        self._described: dict[int, dict[str, Any]] = {}  # id(optimizer) -> description, kept after it is gone
+        self._series: weakref.WeakKeyDictionary[Any, _Series] = weakref.WeakKeyDictionary()
+
+    def wrap_init(self, original: Callable) -> Callable:
+        """Optimizer.__init__, patched: an optimizer counts from its creation (before its first step, a
+        backward pass is a step only when no optimizer exists)."""
+        watch = self
+
+        def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
+            original(opt, *args, **kwargs)
+            try:
+                watch.optimizers[opt] = None
+                watch._changed()
+            except Exception as e:  # noqa: BLE001
+                watch._guard.fault("optimizer", e)
+
+        return __init__
+
+    def stepped(self, opt: torch.optim.Optimizer) -> None:
+        """An optimizer stepped: one created before the hooks were installed is known from now on."""
+        if opt not in self.optimizers:
+            self.optimizers[opt] = None
+            self._changed()
+
+    def series(self, opt: torch.optim.Optimizer) -> str:
+        """stepclock.series_name of this optimizer, cached while its and all observed parameters are the same."""
+        owners, every = self._sets.of_optimizer(opt).owners, self._sets.every().owners
+        hit = self._series.get(opt)
+        if hit is None or hit.owners is not owners or hit.every is not every:
+            hit = self._series[opt] = _Series(owners, every, series_name(owners, every))
+        return hit.name
+
+    def alive(self, key: Hashable, active: set[str]) -> bool:
+        """Whether the optimizer with id `key` is still in play: it exists and, when the roots that ran in
+        this step (`active`) are known, one of the models it trains ran (a teacher trained first, then frozen
+        and only used under no_grad, hands the lead to the student's optimizer at its first step)."""
+        opt = next((o for o in list(self.optimizers) if id(o) == key), None)
+        if opt is None:
+            return False
+        roots = {root for root, _ in self._sets.of_optimizer(opt).owners}
+        return not active or not roots or not roots.isdisjoint(active)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Every optimizer the run used, in the order they appeared: type, hyperparameters per group, number
+        of parameters."""
+        for opt in list(self.optimizers):
+            groups = [
+                {k: v for k, v in g.items() if k != "params" and isinstance(v, (int, float, bool, str))}
+                for g in opt.param_groups
+            ]
+            self._described[id(opt)] = {
+                "type": type(opt).__name__,
+                "groups": groups,
+                "params": sum(p.numel() for g in opt.param_groups for p in g["params"]),
+            }
+        return list(self._described.values())
+
+    def optimized_ids(self) -> set[int]:
+        """id() of every parameter some live optimizer has."""
+        return {id(p) for opt in list(self.optimizers) for g in opt.param_groups for p in g["params"]}
