@@ -89,22 +89,25 @@ def first_tensor(args: Any, depth: int = 0) -> torch.Tensor | None:
     return None
 
 
+def items_of(obj: Any) -> Iterable[Any] | None:
+    """What a module output holds, one level down (tuple, list, dict values, dataclass-ish fields); None for
+    anything else. The one container walk that output readers share."""
+    if isinstance(obj, (tuple, list)):
+        return obj
+    if isinstance(obj, dict):
+        return obj.values()
+    if hasattr(obj, "__dataclass_fields__"):
+        return [getattr(obj, f, None) for f in obj.__dataclass_fields__]
+    return None
+
+
 def _tensors(obj: Any, out: list, depth: int = 0) -> None:
     if len(out) >= TENSORS_PER_OUTPUT:
         return
     if isinstance(obj, torch.Tensor):
         out.append(obj)
     elif depth < 3:
-        items: Iterable[Any]
-        if isinstance(obj, (tuple, list)):
-            items = obj
-        elif isinstance(obj, dict):
-            items = obj.values()
-        elif hasattr(obj, "__dataclass_fields__"):
-            items = [getattr(obj, f, None) for f in obj.__dataclass_fields__]
-        else:
-            return
-        for item in items:
+        for item in items_of(obj) or ():
             _tensors(item, out, depth + 1)
 
 

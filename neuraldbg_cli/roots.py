@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from neuraldbg_cli.events import ModelInfo, ModuleInfo
+from neuraldbg_cli.provenance import items_of
 from neuraldbg_cli.tensorstats import CHEAP_ONLY, DEAD, FINITE_PRESERVING, NORMS, RELU_LIKE, SAT_FLAGS, holds
 
 PARAMS, SAFE, OTHER = 0, 1, 2  # an observed module: has parameters; finite-preserving; anything else
@@ -23,16 +24,7 @@ def first_float(obj: Any, depth: int = 0) -> torch.Tensor | None:
         return obj if obj.is_floating_point() and obj.layout == torch.strided else None
     if depth > 2:
         return None
-    items: Iterable[Any]
-    if isinstance(obj, (tuple, list)):
-        items = obj
-    elif isinstance(obj, dict):
-        items = obj.values()
-    elif hasattr(obj, "__dataclass_fields__"):
-        items = [getattr(obj, f, None) for f in obj.__dataclass_fields__]
-    else:
-        return None
-    for item in items:
+    for item in items_of(obj) or ():
         t = first_float(item, depth + 1)
         if t is not None:
             return t
