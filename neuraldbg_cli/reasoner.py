@@ -15,7 +15,10 @@ from pydantic import ValidationError
 from neuraldbg_cli import crossrank
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import EventType, Hypothesis, Kind, ModelSummary, Origin, Report
-from neuraldbg_cli.rules import CAUSES, RULES, SETTINGS, Context, SettingCause
+from neuraldbg_cli.families import RULES
+from neuraldbg_cli.families.base import Context
+from neuraldbg_cli.families.causes import CAUSES
+from neuraldbg_cli.families.settings import SETTINGS, SettingCause
 
 if TYPE_CHECKING:  # types only: the reasoner must not import the trace reader (files, JSON)
     from neuraldbg_cli.trace import JobData, RunData
@@ -116,7 +119,7 @@ def rank(
     position: Callable[[Origin], int] | None = None,
 ) -> list[Hypothesis]:
     """The causal model. B is a consequence of A when A is present (confidence >= `presence`), A's kind can
-    cause B's (rules.CAUSES; and a wrong setting makes the hypothesis that names it a cause of the others it
+    cause B's (the CAUSES table; and a wrong setting makes the hypothesis that names it a cause of the others it
     produced) and A began no later than B (within `slack` steps, plus `loss_window` for a cause the table
     dates late; a cause that needs training explains nothing present at step 0). Hypotheses are listed
     causes before their consequences, then by confidence, then by onset and forward position; a consequence

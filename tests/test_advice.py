@@ -12,8 +12,10 @@ import pytest
 
 from conftest import cli_env, run_cli
 from neuraldbg_cli.events import Kind, SemanticEvent
+from neuraldbg_cli.families import RULES
+from neuraldbg_cli.families.base import Context
+from neuraldbg_cli.families.settings import SETTINGS
 from neuraldbg_cli.reasoner import failing_kinds, rank
-from neuraldbg_cli.rules import RULES, SETTINGS, Context
 
 GRAD, ACT, LOSS, UPD = ("gradient_health_transition", "activation_regime_shift", "optimizer_instability",
                         "parameter_update")

@@ -3,8 +3,12 @@ import math
 
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import ActStats, GradStats, ModelInfo, ModuleInfo, StepRecord
-from neuraldbg_cli.monitor import (LossSeries, Machine, Monitor, classify_activation, classify_data,
-                                   classify_gradient)
+from neuraldbg_cli.families.activations import classify_activation
+from neuraldbg_cli.families.base import Machine
+from neuraldbg_cli.families.data import classify_data
+from neuraldbg_cli.families.gradients import classify_gradient
+from neuraldbg_cli.families.loss_model import LossSeries
+from neuraldbg_cli.monitor import Monitor
 
 TH = Thresholds()
 

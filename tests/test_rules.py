@@ -1,8 +1,9 @@
 """Rules on hand-made events: every Kind has one rule; causes rank above consequences."""
 from neuraldbg_cli import crossrank
 from neuraldbg_cli.events import CROSS_RANK_KINDS, Kind, SemanticEvent
+from neuraldbg_cli.families import RULES
+from neuraldbg_cli.families.base import Context
 from neuraldbg_cli.reasoner import rank
-from neuraldbg_cli.rules import RULES, Context
 
 
 def ev(type_, step, module, frm, to, site, **metrics):

@@ -1,0 +1,170 @@
+"""Activations: a module's output is normal, dead (ReLU units that never fire), saturated (bounded units
+pinned at their rails), anomalous (its scale blew up from its early level) or non-finite."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from neuraldbg_cli.config import Thresholds
+from neuraldbg_cli.events import ActState, ActStats, EventType, Hypothesis, Kind, StepRecord
+from neuraldbg_cli.families.advice import _lr_above_usual, lower_lr
+from neuraldbg_cli.families.base import (
+    NON_FINITE,
+    Board,
+    Context,
+    Event,
+    Family,
+    Observer,
+    _first_by_module,
+    _hyp,
+    _model_has,
+    _origin_of,
+    _spread_confidence,
+    _still,
+)
+from neuraldbg_cli.vocab import is_norm
+
+
+def classify_activation(s: ActStats, baseline_std: float | None, th: Thresholds, output_layer: bool = False) -> str:
+    """output_layer: the model's last layer, whose units are its outputs (logits): a dead one can never fire,
+    and their scale grows by orders of magnitude as a classifier grows confident (from a near-0 init)."""
+    if s.nonfinite > 0 or not math.isfinite(s.mean):
+        return ActState.non_finite.value
+    relu_like = s.min >= 0 and s.zero_frac >= th.relu_zero_frac  # exact zeros: a ReLU's output, not a sigmoid's
+    if relu_like and s.dead_frac >= (th.dead_output_frac if output_layer else th.dead_frac):
+        return ActState.dead.value
+    sat = (
+        0.0
+        if relu_like
+        else s.sat01
+        if (s.min >= 0 and s.max <= 1)
+        else s.sat11
+        if (s.min >= -1 and s.max <= 1)
+        else 0.0
+    )
+    if sat >= th.saturated_frac:
+        return ActState.saturated.value
+    growth = th.anomalous_output_growth if output_layer else th.anomalous_growth
+    if baseline_std and s.std > growth * baseline_std:
+        return ActState.anomalous.value
+    return ActState.normal.value
+
+
+class ActivationObserver(Observer):
+    """Per step: each module's output statistics (the input, targets and loss are other families' sites)."""
+
+    def __init__(self, board: Board) -> None:
+        super().__init__(board)
+        self.act_base: dict[tuple, list[float]] = {}
+
+    def observe(self, rec: StepRecord) -> None:
+        for (root, module, site), s in rec.acts.items():
+            if site in ("input", "target", "loss"):
+                continue
+            key = ("act", root, module, site)
+            etype = EventType.activation_regime_shift.value
+            if not isinstance(s, ActStats):
+                if not math.isfinite(s):
+                    self.board.feed(
+                        key, ActState.normal.value, NON_FINITE, rec.step, {"sum": s}, etype, site, root, module
+                    )
+                continue
+            base = self.act_base.setdefault(key, [])
+            baseline = statistics.median(base) if len(base) >= self.th.baseline_samples else None
+            state = classify_activation(s, baseline, self.th, output_layer=module == self._output_layer(root))
+            if state == ActState.normal.value and len(base) < self.th.baseline_samples and s.std > 0:
+                base.append(s.std)
+            metrics = {
+                "mean": s.mean,
+                "std": s.std,
+                "min": s.min,
+                "max": s.max,
+                "zero_frac": s.zero_frac,
+                "dead_frac": s.dead_frac,
+                "sat_frac": max(s.sat01, s.sat11) if s.max <= 1 else 0.0,
+                "nonfinite": s.nonfinite,
+            }
+            if baseline:  # the metric that moved, for an activation blow-up
+                metrics.update(baseline_std=baseline, std_ratio=s.std / baseline)
+            self.board.feed(key, ActState.normal.value, state, rec.step, metrics, etype, site, root, module)
+
+    def _output_layer(self, root: str) -> str | None:
+        model = self.board.models.get(root)
+        if model is None:
+            return None
+        layers = [n for n in model.order if n in model.modules and model.modules[n].params]
+        return layers[-1] if layers else None
+
+
+# ---------------------------------------------------------------- rules
+
+
+def _blowups(ctx: Context) -> list[Event]:
+    """Activation magnitude blow-ups: a module's output std up by orders of magnitude from its early level
+    (the monitor's `anomalous` state) to a size no healthy layer has (Thresholds.blowup_std)."""
+    least = ctx.thresholds.blowup_std
+    return [
+        e
+        for e in ctx.select(types=[EventType.activation_regime_shift.value], to=["anomalous"])
+        if (e.metrics.get("std") or 0.0) >= least
+    ]
+
+
+def _blowup_phrase(ctx: Context, evs: list[Event]) -> tuple[Event, str]:
+    """The first module where activations blew up (earliest step, then forward order) and a sentence on it."""
+    origin = _origin_of(ctx, list(_first_by_module(evs).values()))
+    m = origin.metrics
+    ratio = m.get("std_ratio")
+    if ratio is None and m.get("std") is not None and m.get("baseline_std"):
+        ratio = m["std"] / m["baseline_std"]  # type: ignore[operator]
+    size = f" (output std {m['std']:.3g}, {ratio:.3g}× its early level)" if m.get("std") is not None and ratio else ""
+    n = len(_first_by_module(evs))
+    return origin, (f"activations blow up at {origin.module} from step {origin.step}{size}; {n} layer(s) affected")
+
+
+def _activation_rule(
+    ctx: Context, state: str, kind: Kind, base: float, tips: list[str], phrase: str
+) -> Hypothesis | None:
+    evs = ctx.select(types=[EventType.activation_regime_shift.value], to=[state])
+    if not evs:
+        return None
+    first = _first_by_module(evs)
+    origin = _origin_of(ctx, list(first.values()))
+    chain = [e.module or "" for e in sorted(first.values(), key=lambda e: (e.step, ctx.order(e)))]
+    conf = _spread_confidence(base, len(first), _still(ctx, evs, state))
+    where = " (its activation output)" if origin.site == "activation" else ""
+    summary = f"{phrase} at {origin.module}{where} from step {origin.step}; {len(first)} layer(s) affected."
+    return _hyp(kind, conf, origin, origin.step, summary, evs, tips, chain)
+
+
+def dead_activation(ctx: Context) -> Hypothesis | None:
+    tips = [
+        "use LeakyReLU/GELU, or lower the learning rate so ReLUs are not pushed into the dead zone",
+        "check bias initialisation (large negative biases keep units off) and use He init",
+    ]
+    # a large lr is the usual way units die during training: its fix first when the lr is above its range
+    tips = lower_lr(ctx) + tips if _lr_above_usual(ctx) else tips[:1] + lower_lr(ctx) + tips[1:]
+    return _activation_rule(
+        ctx, "dead", Kind.dead_activation, 0.62, tips, "Most ReLU units never activate on a whole batch (dead)"
+    )
+
+
+def saturated_activation(ctx: Context) -> Hypothesis | None:
+    tips = ["normalise the inputs and use a smaller (Xavier) initialisation so pre-activations stay near 0"]
+    tips.append(
+        "switch to ReLU/GELU"
+        if _model_has(ctx, is_norm)
+        else "add BatchNorm/LayerNorm before the activation, or switch to ReLU/GELU"
+    )
+    return _activation_rule(
+        ctx,
+        "saturated",
+        Kind.saturated_activation,
+        0.62,
+        tips,
+        "Bounded activations are pinned at their rails (saturated, gradient ≈ 0)",
+    )
+
+
+FAMILY = Family("activations", ActivationObserver, (dead_activation, saturated_activation))

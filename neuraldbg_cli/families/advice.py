@@ -1,0 +1,56 @@
+"""Learning-rate advice shared by the rules: lower it for a run it drives too hard, raise it only for a loss
+that does not move under a learning rate below its optimizer's usual range."""
+
+from __future__ import annotations
+
+from neuraldbg_cli.families.base import Context
+from neuraldbg_cli.vocab import usual_lr
+
+
+def lower_lr(ctx: Context) -> list[str]:
+    """Advice for a run the learning rate may drive too hard (divergence, explosion, oscillation, NaN, dead
+    units): a value always below the current one (the optimizer's usual value when far above it, else one
+    order of magnitude down), or the words "lower the learning rate" when no optimizer was seen."""
+    peak = ctx.peak_lr()
+    if peak is None:
+        return [
+            "lower the learning rate (no torch.optim optimizer was seen: make the manual update's step "
+            "size smaller, e.g. divide it by 10)"
+        ]
+    opt, lr = peak
+    if lr < 0:
+        return [f"{opt} has a negative learning rate (lr={lr:g}): it climbs the loss; use a positive one"]
+    if lr == 0:
+        return []  # nothing moves: a learning rate of 0 cannot be what drives this
+    usual, th = usual_lr(opt), ctx.thresholds
+    target = usual if lr > usual * th.lr_usual_span else lr * th.lr_lower_factor
+    return [f"lr={lr:g} with {opt}: try {target:.3g}"]
+
+
+def plateau_lr(ctx: Context) -> list[str]:
+    """Learning-rate advice for a loss that does not move: raise it only when it is below its optimizer's
+    usual range, lower it when far above it (a huge lr also pins a loss: dead or saturated units), else none."""
+    peak = ctx.peak_lr()
+    if peak is None:
+        return []
+    opt, lr = peak
+    usual, span = usual_lr(opt), ctx.thresholds.lr_usual_span
+    if lr == 0:
+        return [zero_lr(opt, usual)]
+    if lr < 0 or lr > usual * span:
+        return lower_lr(ctx)
+    if lr < usual / span:
+        return [
+            f"lr={lr:g} with {opt} is below its usual range ({usual / span:g} to {usual * span:g}): raise the "
+            f"learning rate toward {usual:g}"
+        ]
+    return []
+
+
+def zero_lr(opt: str, usual: float) -> str:
+    return f"{opt} has lr=0: nothing can change; set a real learning rate (e.g. {usual:g} for {opt})"
+
+
+def _lr_above_usual(ctx: Context) -> bool:
+    peak = ctx.peak_lr()
+    return peak is not None and peak[1] > usual_lr(peak[0]) * ctx.thresholds.lr_usual_span

@@ -1,0 +1,56 @@
+"""The causal table the reasoner ranks with: which kinds can cause which (one table, upstream first)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from neuraldbg_cli.events import Kind
+
+
+@dataclass(frozen=True)
+class Causes:
+    """What one kind can cause, and when its onset can be trusted."""
+
+    effects: tuple[Kind, ...]
+    dated_late: bool = False  # known only a window of losses in (the oscillation test needs two): its onset
+    #                          may be up to `loss_window` steps after the effects it caused
+    needs_training: bool = False  # arises from the updates: cannot explain what is present at step 0
+
+
+CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the first cause that holds
+    Kind.data_anomaly: Causes(
+        (
+            Kind.non_finite,
+            Kind.exploding_gradient,
+            Kind.saturated_activation,
+            Kind.loss_divergence,
+            Kind.unstable_loss,
+            Kind.dead_activation,
+            Kind.loss_plateau,
+            Kind.vanishing_gradient,
+        )
+    ),
+    Kind.exploding_gradient: Causes(
+        (Kind.non_finite, Kind.loss_divergence, Kind.unstable_loss, Kind.dead_activation, Kind.no_gradient)
+    ),
+    Kind.saturated_activation: Causes((Kind.vanishing_gradient, Kind.loss_plateau)),
+    Kind.dead_activation: Causes((Kind.no_gradient, Kind.vanishing_gradient, Kind.loss_plateau)),
+    Kind.vanishing_gradient: Causes((Kind.loss_plateau, Kind.unchanged_weights)),
+    Kind.unchanged_weights: Causes((Kind.loss_plateau,)),
+    Kind.no_gradient: Causes((Kind.loss_plateau, Kind.unchanged_weights)),
+    # a blow-up that wrecks the weights leaves saturated/dead units, faded gradients and a stalled loss
+    Kind.loss_divergence: Causes(
+        (
+            Kind.non_finite,
+            Kind.loss_plateau,
+            Kind.saturated_activation,
+            Kind.dead_activation,
+            Kind.vanishing_gradient,
+            Kind.no_gradient,
+        )
+    ),
+    # a wild optimizer pins bounded units at their rails and now and then zeroes whole layers' gradients
+    Kind.unstable_loss: Causes(
+        (Kind.saturated_activation, Kind.no_gradient, Kind.loss_plateau), dated_late=True, needs_training=True
+    ),
+}

@@ -1,0 +1,188 @@
+"""Loss: each loss series (one per model trained) is normal, on a plateau, diverging, oscillating or
+non-finite, judged by its LossSeries (loss_model.py)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from operator import attrgetter
+from typing import Any
+
+from neuraldbg_cli.events import EventType, Hypothesis, Kind, LossState, StepRecord
+from neuraldbg_cli.families.activations import _blowup_phrase, _blowups
+from neuraldbg_cli.families.advice import lower_lr, plateau_lr
+from neuraldbg_cli.families.base import NON_FINITE, Board, Context, Event, Family, Observer, _evidence, _hyp
+from neuraldbg_cli.families.loss_model import LossSeries
+from neuraldbg_cli.vocab import SOFTMAX_TYPES
+
+
+class LossObserver(Observer):
+    """Per step: each loss the step reported, fed to its series; the summary's losses come from the first."""
+
+    def __init__(self, board: Board) -> None:
+        super().__init__(board)
+        self.series: dict[str, LossSeries] = {}
+        self.main_series: LossSeries | None = None  # the first series seen: the run summary's losses
+        self.prev_active: set[str] = set()
+        self.losses_seen = 0
+        self.last_loss: float | None = None
+
+    def observe(self, rec: StepRecord) -> None:
+        if rec.active:
+            if self.prev_active and rec.active.isdisjoint(self.prev_active):
+                self._reset_loss(rec.active)  # another model took over: its loss curve starts afresh
+            self.prev_active = set(rec.active)
+        losses = rec.losses or ({"": rec.loss} if rec.loss is not None else {})
+        for name, loss in losses.items():
+            self._observe_loss(rec.step, name, loss, alone=len(losses) == 1)
+
+    def _reset_loss(self, active: set[str]) -> None:
+        """Loss series of models no longer trained are dropped: a new model's curve starts afresh."""
+        for name in [n for n in self.series if n not in active]:
+            del self.series[name]
+            self.board.reset(("loss", name), LossState.normal.value)
+
+    def _observe_loss(self, step: int, name: str, loss: float, alone: bool) -> None:
+        key = ("loss", name)
+        etype = EventType.optimizer_instability.value
+        self.last_loss = loss
+        if not math.isfinite(loss):
+            self.board.feed(key, LossState.normal.value, NON_FINITE, step, {"loss": loss}, etype, "loss", name, None)
+            return
+        self.losses_seen += 1
+        series = self.series.get(name)
+        if series is None:
+            series = self.series[name] = LossSeries(self.th)
+            if self.main_series is None:
+                self.main_series = series
+        series.alone = series.alone and alone
+        state, onset, metrics = series.add(step, loss)
+        machine = self.board.machines.get(key)
+        if machine is not None and machine.state == state and machine.cand is None:
+            return  # nothing changes (most steps)
+        # a state dated back (a rise's change point, a plateau's stretch) begins no earlier than the last one
+        onset = max(0, onset, self.board.since.get(key, 0))
+        self.board.feed(key, LossState.normal.value, state, onset, metrics, etype, "loss", name, None)
+
+    def floor(self, now: int) -> int:
+        """A loss state is dated back (a rise's change point, a plateau's stretch, an oscillation's window):
+        the earliest step any series could still date one at."""
+        floor = now
+        for name, s in self.series.items():
+            machine = self.board.machines.get(("loss", name))
+            floor = min(
+                floor, s.earliest_onset(now, machine is not None and machine.state == LossState.diverging.value)
+            )
+        return floor
+
+    def summary(self) -> dict[str, Any]:
+        main = self.main_series
+        return {
+            "losses": float(self.losses_seen),
+            "first_loss": statistics.median(main.first) if main and main.first else None,
+            "best_loss": main._x(main.best) if main and math.isfinite(main.best) else None,
+            "last_loss": self.last_loss,
+        }
+
+
+# ---------------------------------------------------------------- rules
+
+
+def _loss_persistence(ctx: Context, evs: list[Event], state: str, intermittent: bool) -> float:
+    """Confidence factor for a loss state: 1 when it lasts to the end (or turned non-finite, which is worse).
+    A state that ended is history, not a present problem: below the 0.5 that --fail-on reads, unless an
+    intermittent state (an oscillation comes and goes) took most of the run after its onset, or the loss
+    came out of it onto a plateau (a blow-up that wrecked the progress: the plateau is its consequence)."""
+    end = max((e.step for e in ctx.select(types=[EventType.run_summary.value])), default=None)
+    shares = []
+    for key in {(e.type, e.root, e.module, e.site) for e in evs}:
+        if ctx.last_to(key) in (state, "non_finite") or (state != "plateau" and ctx.last_to(key) == "plateau"):
+            shares.append(1.0)  # still there, worse, or over but the loss never won back its progress (stuck)
+            continue
+        moves = sorted(
+            (e for e in ctx.select(types=[key[0]]) if (e.type, e.root, e.module, e.site) == key), key=attrgetter("step")
+        )
+        inside, since, onset = 0, None, None
+        for e in moves:
+            if e.to == state and since is None:
+                since = e.step
+                onset = e.step if onset is None else onset
+            elif e.to != state and since is not None:
+                inside, since = inside + e.step - since, None
+        last = end if end is not None else (moves[-1].step if moves else 0)
+        span = max(1, last - (onset or 0))
+        shares.append(min(1.0, inside / span))
+    share = max(shares, default=0.0)
+    if share >= 1.0 or (state == "diverging" and _lasting_damage(ctx, min(e.step for e in evs))):
+        return 1.0
+    if intermittent and share >= 0.5:
+        return 0.65 + 0.35 * share
+    return min(0.6, 0.5 + 0.1 * share)  # base <= 0.8: at most 0.48
+
+
+def _lasting_damage(ctx: Context, since: int) -> bool:
+    """Whether units or gradients went dead, saturated or vanishing after `since` and stayed so: a blow-up
+    of the loss that left such damage is over, but its harm is not (the weights it wrecked stay wrecked)."""
+    for e in ctx.select(to=("vanishing", "saturated", "dead")):
+        if e.step >= since and ctx.last_to((e.type, e.root, e.module, e.site)) == e.to:
+            return True
+    return False
+
+
+def _loss_rule(
+    ctx: Context, state: str, kind: Kind, base: float, phrase: str, tips: list[str], intermittent: bool = False
+) -> Hypothesis | None:
+    evs = ctx.select(types=[EventType.optimizer_instability.value], to=[state])
+    if not evs:
+        return None
+    first = min(evs, key=lambda e: e.step)
+    m = {k: v for k, v in first.metrics.items() if v is not None}
+    conf = base * _loss_persistence(ctx, evs, state, intermittent)
+    if intermittent and "low" in m and "high" in m:
+        summary = (
+            f"{phrase} from step {first.step}: it swings between {m['low']:.4g} and {m['high']:.4g} "
+            f"step to step (started at {m.get('start', 0):.4g})."
+        )
+    else:
+        summary = (
+            f"{phrase} from step {first.step}: loss {m.get('recent', m.get('loss', 0)):.4g} now vs "
+            f"{m.get('start', 0):.4g} at the start (best {m.get('best', 0):.4g})."
+        )
+    return _hyp(kind, conf, None, first.step, summary, evs, tips)
+
+
+def loss_plateau(ctx: Context) -> Hypothesis | None:
+    types = ctx.module_types()
+    tips = plateau_lr(ctx)
+    ordered = [n for m in ctx.models for n in (m.get("order") or [])]
+    if ordered and types.get(ordered[-1]) in SOFTMAX_TYPES:
+        tips.insert(
+            0,
+            f"the model ends in {types[ordered[-1]]} ({ordered[-1]}): nn.CrossEntropyLoss applies "
+            f"log-softmax itself; return raw logits",
+        )
+    tips.append("check that the loss can decrease at all: overfit one small batch first")
+    return _loss_rule(ctx, "plateau", Kind.loss_plateau, 0.72, "The loss does not decrease", tips)
+
+
+def loss_divergence(ctx: Context) -> Hypothesis | None:
+    tips = lower_lr(ctx) + [
+        "clip gradients (clip_grad_norm_)",
+        "check the update sign (maximize=True, a negative lr, loss sign)",
+    ]
+    h = _loss_rule(ctx, "diverging", Kind.loss_divergence, 0.8, "The loss diverges (keeps growing)", tips)
+    blow = _blowups(ctx)
+    if h is not None and blow:  # the forward pass shows where values grew first (the origin stays the loss)
+        h.summary += f" In the forward pass, {_blowup_phrase(ctx, blow)[1]}."
+        h.evidence = (h.evidence + _evidence(blow, 3))[:8]
+    return h
+
+
+def unstable_loss(ctx: Context) -> Hypothesis | None:
+    tips = lower_lr(ctx) + ["add learning-rate warm-up or a decaying schedule", "use a larger batch"]
+    return _loss_rule(
+        ctx, "oscillating", Kind.unstable_loss, 0.66, "The loss oscillates without converging", tips, intermittent=True
+    )
+
+
+FAMILY = Family("loss", LossObserver, (loss_plateau, loss_divergence, unstable_loss))

@@ -1,0 +1,228 @@
+"""The loss model: one loss series judged as a noisy process (see LossSeries). Pure, no torch."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from typing import Any
+
+from neuraldbg_cli.config import Thresholds
+from neuraldbg_cli.events import LossState
+
+
+class LossSeries:
+    """One loss series judged as a noisy process (statistical process control, not step counts).
+
+    Positive losses are judged on log(loss), where a factor is a distance and the noise is relative; a
+    series that ever goes <= 0 is judged on raw values (factors then measured against the loss's scale).
+    The level is a short rolling median (one batch's spike does not move it); the noise is the robust spread
+    (MAD) of the step-to-step differences, so a steady trend does not count as noise; the reference is the
+    best level so far with the noise measured when it was reached (the in-control phase). An upward CUSUM
+    against best + k noise widths dates a rise where it began, not where it was confirmed."""
+
+    # set by _restart: None until known
+    best_noise: float | None
+    rise_from: int | None
+    _noise: float | None
+    prev_y: float | None
+    learned: int | None
+
+    def __init__(self, th: Thresholds) -> None:
+        self.th = th
+        self.raw = False  # judged on raw values (a loss <= 0 was seen)
+        self.hist: deque[tuple[int, float]] = deque(maxlen=2 * th.loss_window)  # (step, raw loss)
+        self.first: list[float] = []  # the first loss_level_window losses, raw
+        self.first_step = 0
+        self.n = 0
+        self.last: float | None = None
+        self.alone = True  # never reported in the same step as another series (a GAN's G and D: a game)
+        self._restart()
+
+    def _restart(self) -> None:
+        """(Re)build the judged statistics from the raw history (after switching to raw values)."""
+        past, self.best, self.best_noise = list(self.hist), math.inf, None
+        self.cusum, self.rise_from, self._noise, self.prev_y, self.learned = 0.0, None, None, None, None
+        self.late: deque[float] = deque(maxlen=self.th.plateau_min_losses)  # the latest judged values
+        self._improved = False
+        self.diffs: deque[float] = deque(maxlen=self.th.loss_noise_window)  # judged step-to-step differences
+        self.levels: deque[float] = deque(maxlen=self.th.loss_level_window)
+        self.hist.clear()
+        for step, loss in past:
+            self._update(step, loss)
+
+    def _y(self, loss: float) -> float:
+        return loss if self.raw else math.log(loss)
+
+    def _x(self, y: float) -> float | None:
+        return None if not math.isfinite(y) else y if self.raw else math.exp(y)
+
+    def _unit(self) -> float:
+        """What a relative change is measured against: 1 on log values, the loss's size on raw values."""
+        if not self.raw:
+            return 1.0
+        return max(abs(statistics.median(self.first)) if self.first else 0.0, abs(self.best), 1e-12)
+
+    def _factor(self, f: float) -> float:
+        """The distance of a rise by the factor f."""
+        return math.log(f) if not self.raw else (f - 1) * self._unit()
+
+    def noise(self) -> float | None:
+        """Per-step noise: 1.4826 * MAD of the step-to-step differences / sqrt(2); None while too few."""
+        diffs = self.diffs
+        if len(diffs) < self.th.loss_noise_min:
+            return None
+        mid = statistics.median(diffs)
+        return 1.4826 * statistics.median([abs(d - mid) for d in diffs]) / math.sqrt(2)
+
+    def _update(self, step: int, loss: float) -> None:
+        self.hist.append((step, loss))
+        y = self._y(loss)
+        if self.prev_y is not None:
+            self.diffs.append(y - self.prev_y)
+        self.prev_y = y
+        self.late.append(y)
+        self.levels.append(y)
+        level = self.level = statistics.median(self.levels)
+        noise = self._noise = self.noise()
+        if level < self.best:
+            self.best, self.best_noise = level, noise
+            factor = self.th.learned_factor
+            fell = level < self.start() - math.log(factor) if not self.raw else factor * level < self._start
+            if self.learned is None and self.first and fell:
+                self.learned = step  # it learned (an oscillation's jumps back count after)
+        # upward CUSUM against the best level plus an allowance of k noise widths: it stays at 0 while the
+        # loss hovers at (or falls below) its best; the last step it was 0 is where a rise began
+        allow = self.th.loss_cusum_k * max(noise or 0.0, self.best_noise or 0.0)
+        self.cusum = max(0.0, self.cusum + y - self.best - allow)
+        if self.cusum == 0.0:
+            self.rise_from = None
+        elif self.rise_from is None:
+            self.rise_from = step
+
+    def add(self, step: int, loss: float) -> tuple[str, int, dict[str, Any]]:
+        """A finite loss: returns (state, onset step, metrics)."""
+        if self.n == 0:
+            self.first_step = step
+        self.n += 1
+        self.last = loss
+        if len(self.first) < self.th.loss_level_window:
+            self.first.append(loss)
+            self._start = min(self.first[0], statistics.median(self.first))
+        if loss <= 0 and not self.raw:
+            self.raw = True
+            self._restart()
+        self._update(step, loss)
+        return self._judge(step)
+
+    def start(self) -> float:
+        """The loss at initialisation, unless the first few are lower (a blow-up right away must not make
+        everything after it look like progress)."""
+        return self._y(self._start)
+
+    def improved(self, noise: float | None) -> bool:
+        """The loss learned since the start, meaningfully and significantly: the median of its latest k values
+        is plateau_improvement below the start level, by more than plateau_sigma standard errors (medians of
+        m1 and m2 values of noise s differ by s*sqrt(pi/2*(1/m1+1/m2)) by chance). Once true it stays true: a
+        loss that learned and rose again is judged by the divergence test, not as a plateau."""
+        if self._improved or self.n < 2:
+            return self._improved
+        k = max(1, min(self.th.plateau_min_losses, self.n // 2))
+        gain = self.start() - statistics.median(list(self.late)[-k:])
+        se = (noise or 0.0) * math.sqrt(math.pi / 2 * (1 / len(self.first) + 1 / k))
+        self._improved = gain > max(-self._factor(1 - self.th.plateau_improvement), self.th.plateau_sigma * se)
+        return self._improved
+
+    def _judge(self, step: int) -> tuple[str, int, dict[str, Any]]:
+        th = self.th
+        start, level, noise = self.start(), self.level, self._noise
+        ref_noise = max(noise or 0.0, self.best_noise or 0.0)
+        metrics: dict[str, Any] = {
+            "loss": self.last,
+            "start": self._x(start),
+            "best": self._x(self.best),
+            "recent": self._x(level),
+            "noise": ref_noise if noise is not None else None,
+        }
+        # diverging: the level rose a factor above its best, beyond what the series' own noise explains;
+        # before the noise is known, only a rise by the early factor (10x) counts
+        rise = level - self.best
+        # a game's payoff (GAN, actor-critic: models trained against each other in the same steps) rises
+        # as the other side improves: only a rise by the early factor is divergence there
+        if noise is None or not self.alone:
+            need = max(self._factor(th.diverge_early_factor), th.loss_diverge_sigma * ref_noise)
+        else:
+            need = max(self._factor(th.diverge_factor), th.loss_diverge_sigma * ref_noise)
+        if rise > need:
+            metrics["rise_factor"] = math.exp(rise) if not self.raw else None
+            return LossState.diverging.value, self.rise_from if self.rise_from is not None else step, metrics
+        osc = self._oscillating(start)
+        if osc is not None:
+            metrics.update(osc[1])
+            return LossState.oscillating.value, osc[0], metrics
+        if self.plateau(noise):
+            metrics["improvement"] = 1 - math.exp(statistics.median(self.late) - self.start())
+            return LossState.plateau.value, max(self.first_step, step - th.plateau_min_losses + 1), metrics
+        return LossState.normal.value, step, metrics
+
+    def plateau(self, noise: float | None) -> bool:
+        """Long enough, never improved beyond its noise since the start, not falling now, and far above its noise (a
+        loss at its noise floor from the start is a converged model being fine-tuned, not a stuck one).
+        Only for a positive series trained alone: the losses of models trained against each other (GAN,
+        actor-critic) are a game's payoffs, not expected to fall, and a loss that can be negative has no floor
+        to be judged against."""
+        if self.raw or not self.alone or self.n < self.th.plateau_min_losses or noise is None:
+            return False
+        if self.improved(noise) or noise / self._unit() >= self.th.plateau_max_noise:
+            return False
+        # still falling: the latest half of the window significantly below its earlier half (slow learning)
+        late, h = list(self.late), len(self.late) // 2
+        se = noise * math.sqrt(math.pi / 2 * 2 / max(1, h))
+        return statistics.median(late[:h]) - statistics.median(late[h:]) <= self.th.plateau_sigma * se
+
+    def _oscillating(self, start_y: float) -> tuple[int, dict[str, Any]] | None:
+        """Large swings relative to the loss level over the latest 2 windows, with frequent sign changes,
+        while the loss has not learned, or keeps jumping back above where it started. Judged over a rolling
+        window, so an oscillation that settled goes back to normal."""
+        w = self.th.loss_window
+        if len(self.hist) < 2 * w:
+            return None
+        recent = [v for _, v in self.hist]
+        diffs = [b - a for a, b in zip(recent, recent[1:])]
+        swing = sum(map(abs, diffs)) / len(diffs)
+        if swing <= self.th.oscillation * min(map(abs, recent)):
+            return None  # cheap exit (most steps): below the threshold even against the smallest loss
+        start = self._x(start_y) or 0.0
+        level = statistics.median(abs(v) for v in recent) or max(abs(start), 1e-12)
+        rel = swing / level
+        if rel <= self.th.oscillation:
+            return None
+        flips = sum(1 for a, b in zip(diffs, diffs[1:]) if a * b < 0) / max(1, len(diffs) - 1)
+        now = statistics.median(recent[-w:])
+        best = self._x(self.best)
+        above = sum(1 for s, v in self.hist if v > start and self.learned is not None and s > self.learned)
+        # not learning: swinging up well beyond where it started (a loss at its noise floor from the start,
+        # e.g. a converged model fine-tuned, swings ~1.5x around its start level, never 3x)
+        th, learned_level = self.th, start / self.th.learned_factor
+        if not (
+            (flips >= th.oscillation_flips and now > learned_level and max(recent) > th.oscillation_high * start)
+            or (
+                start > 0
+                and above >= th.oscillation_jumps
+                and best is not None
+                and best < learned_level
+                and flips >= th.oscillation_flips_learned
+            )
+        ):
+            return None
+        return self.hist[0][0], {"low": min(recent), "high": max(recent), "swing": rel}
+
+    def earliest_onset(self, step: int, diverged: bool) -> int:
+        """The earliest step a later state of this series could be dated at (diverged: already confirmed,
+        so a rise under way can date nothing new)."""
+        onset = step - 2 * self.th.loss_window  # an oscillation is dated at its window's start
+        if self.alone and not self.raw and not self.improved(self._noise):
+            onset = min(onset, step - self.th.plateau_min_losses + 1)  # a plateau may still be recognised
+        if self.rise_from is not None and not diverged:
+            onset = min(onset, self.rise_from)
+        return onset
