@@ -18,7 +18,7 @@ from neuraldbg_cli.events import EventType, Hypothesis, Kind, ModelSummary, Orig
 from neuraldbg_cli.rules import CAUSES, RULES, SETTINGS, Context, SettingCause
 
 if TYPE_CHECKING:  # types only: the reasoner must not import the trace reader (files, JSON)
-    from neuraldbg_cli.trace import JobData, RunData
+    from neuraldbg_cli.tracejob import JobData, RunData
 
 _LATE = 1 << 62  # an unknown onset sorts after every known one
 
