@@ -1,4 +1,4 @@
-"""Command line: a thin typer shell. The work lives in launch/reasoner/trace/renderers; this file maps
+"""Command line: a thin typer shell. The work lives in session/reasoner/trace*/renderers; this file maps
 NeuraldbgError to one stderr line and exit status 2."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def run(
     threshold: list[str] = typer.Option([], "--threshold", help="override a threshold: NAME=VALUE (repeatable)"),
 ) -> None:
     from neuraldbg_cli.config import Settings, parse_threshold_pairs
-    from neuraldbg_cli.launch import start
+    from neuraldbg_cli.joblaunch import start
 
     try:
         cli = {
@@ -83,7 +83,7 @@ def explain(
     from neuraldbg_cli import reasoner
     from neuraldbg_cli.config import parse_fail_on
     from neuraldbg_cli.renderers import RENDERERS
-    from neuraldbg_cli.trace import read_job
+    from neuraldbg_cli.tracejob import read_job
 
     try:
         if format not in RENDERERS:
@@ -107,7 +107,7 @@ def events(
     """Print the semantic events of a run (every rank's, of a torchrun job), filtered by type and module."""
     import orjson
 
-    from neuraldbg_cli.trace import read_job
+    from neuraldbg_cli.tracejob import read_job
 
     try:
         job = read_job([run_dir])
@@ -142,7 +142,7 @@ def report(
     """Write a self-contained HTML report: the loss, per-layer heatmaps, each hypothesis linked to its evidence."""
     from neuraldbg_cli import reasoner
     from neuraldbg_cli.renderers import html
-    from neuraldbg_cli.trace import read_run, read_stats
+    from neuraldbg_cli.tracejob import read_run, read_stats
 
     try:
         run_data = read_run(run_dir)
@@ -165,7 +165,7 @@ def export(
     """Export a run's statistics (scalars), events and verdict (text) to TensorBoard, next to your own logs."""
     from neuraldbg_cli import reasoner
     from neuraldbg_cli.export import write_tensorboard
-    from neuraldbg_cli.trace import read_run, read_stats
+    from neuraldbg_cli.tracejob import read_run, read_stats
 
     try:
         if tensorboard is None:

@@ -13,7 +13,7 @@ from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import Hypothesis, Kind, Origin
 
 if TYPE_CHECKING:  # types only: no I/O module here
-    from neuraldbg_cli.trace import RunData
+    from neuraldbg_cli.tracejob import RunData
 
 _LATE = 1 << 62
 REPLICATING = {"DistributedDataParallel", "DataParallel"}  # wrappers whose replicas must stay bit-identical

@@ -18,7 +18,7 @@ from neuraldbg_cli.events import ACT_FIELDS, Report
 
 INSTALL_HINT = "pip install 'neuraldbg[tensorboard]'"
 
-# a stats.jsonl "acts" list holds ActStats' fields after n (launch._stats_row)
+# a stats.jsonl "acts" list holds ActStats' fields after n (tracewriter._stats_row)
 MEAN, STD, MIN, MAX, ZERO, DEAD, SAT01, SAT11, NONFINITE = (ACT_FIELDS.index(f) - 1 for f in ACT_FIELDS[1:])
 MAX_STEP = 2**63  # an event's step is an int64
 

@@ -21,7 +21,7 @@ from neuraldbg_cli.families.causes import CAUSES
 from neuraldbg_cli.families.settings import SETTINGS, SettingCause
 
 if TYPE_CHECKING:  # types only: the reasoner must not import the trace reader (files, JSON)
-    from neuraldbg_cli.trace import JobData, RunData
+    from neuraldbg_cli.tracejob import JobData, RunData
 
 _LATE = 1 << 62  # an unknown onset sorts after every known one
 

@@ -97,7 +97,7 @@ def inprocess(args: argparse.Namespace, models: list[str]) -> None:
     sys.path.insert(0, str(ROOT))
     import bench_train as bt
     from neuraldbg_cli.config import Settings
-    from neuraldbg_cli.launch import Session
+    from neuraldbg_cli.session import Session
     from neuraldbg_cli.probes import Probe
 
     classes = {"neuraldbg": Probe}

@@ -9,7 +9,7 @@ long      `neuraldbg run scripts/bench_train.py --model tiny` for 1k and --long-
           so that 100k steps fit in about a minute): resident memory every 1k steps, and the size of
           events.jsonl and stats.jsonl at the end.
 explain   a synthetic events.jsonl of --trace-events events (default MAX_EVENTS, 200k, the most explain reads):
-          trace.read_events throughput (in process, reading all of them), and `neuraldbg explain` on it end to
+          tracereader.read_events throughput (in process, reading all of them), and `neuraldbg explain` on it end to
           end (which reads the first MAX_EVENTS).
 elements  same-process A/B (chunks of 10 steps without / with the probe, alternated; thread CPU time) on a
           small MLP, a 200-layer MLP and an MLP with a 1M-element activation: overhead per step, per observed
@@ -100,10 +100,10 @@ def write_trace(run_dir: Path, n: int) -> None:
 
 
 def section_explain(args: argparse.Namespace, tmp: Path) -> None:
-    from neuraldbg_cli import trace
-    n = args.trace_events or trace.MAX_EVENTS
-    capped = min(n, trace.MAX_EVENTS)  # what the explain command reads
-    trace.MAX_EVENTS = max(n, trace.MAX_EVENTS)  # in process: read them all, to time the reader at this size
+    from neuraldbg_cli import tracereader
+    n = args.trace_events or tracereader.MAX_EVENTS
+    capped = min(n, tracereader.MAX_EVENTS)  # what the explain command reads
+    tracereader.MAX_EVENTS = max(n, tracereader.MAX_EVENTS)  # in process: read them all, to time the reader at this size
     run_dir = tmp / "big-trace"
     write_trace(run_dir, n)
     size = (run_dir / "events.jsonl").stat().st_size
@@ -112,7 +112,7 @@ def section_explain(args: argparse.Namespace, tmp: Path) -> None:
         warnings: list[str] = []
         events = None  # the previous read's events are freed before the clock starts
         t0 = time.perf_counter()
-        events = trace.read_events(run_dir / "events.jsonl", warnings)
+        events = tracereader.read_events(run_dir / "events.jsonl", warnings)
         times.append(time.perf_counter() - t0)
         assert len(events) == n and not warnings, (len(events), warnings[:3])
         events = None
@@ -125,7 +125,7 @@ def section_explain(args: argparse.Namespace, tmp: Path) -> None:
                               capture_output=True, text=True, env=env(), cwd=ROOT)
         walls.append(time.perf_counter() - t0)
     print(f"\n## explain on a synthetic trace of {n:,} events ({size / 2**20:.0f} MiB)\n")
-    print(f"- trace.read_events: best of 3 {best:.3f} s = {n / best:,.0f} events/s (all: "
+    print(f"- tracereader.read_events: best of 3 {best:.3f} s = {n / best:,.0f} events/s (all: "
           f"{', '.join(f'{t:.3f}' for t in times)} s)")
     print(f"- yardstick, the same file through `orjson.loads` line by line into dicts (no checks, GC paused, "
           f"objects dropped): best of 3 {min(parse):.3f} s = {n / min(parse):,.0f} lines/s; the reader takes "
@@ -161,7 +161,7 @@ def section_elements(args: argparse.Namespace, tmp: Path) -> None:
     import torch.nn as nn
 
     from neuraldbg_cli.config import Settings
-    from neuraldbg_cli.launch import Session
+    from neuraldbg_cli.session import Session
     from neuraldbg_cli.probes import Probe
 
     def mlp(depth: int, width: int, d_in: int = 256) -> nn.Module:

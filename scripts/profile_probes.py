@@ -38,16 +38,16 @@ def child(model: str, every: int, steps: int) -> None:
     import torch
 
     import bench_train as bt
-    from neuraldbg_cli import monitor, records, trace
+    from neuraldbg_cli import monitor, records, tracewriter
     from neuraldbg_cli import tensorstats as ts
     from neuraldbg_cli.config import Settings
     from neuraldbg_cli.gradreader import GradReader
-    from neuraldbg_cli.launch import Session
     from neuraldbg_cli.observer import ForwardObserver
     from neuraldbg_cli.rootfinder import RootFinder
+    from neuraldbg_cli.session import Session
 
     owners = {"ForwardObserver": ForwardObserver, "GradReader": GradReader, "RootFinder": RootFinder, "ts": ts,
-              "records": records, "monitor.Monitor": monitor.Monitor, "RunWriter": trace.RunWriter}
+              "records": records, "monitor.Monitor": monitor.Monitor, "RunWriter": tracewriter.RunWriter}
     acc: collections.Counter = collections.Counter()
 
     def wrap(owner, attr, label):

@@ -140,20 +140,20 @@ def compiled(tmp_path_factory):
 # Faults injected into neuraldbg (see run_patched): name -> (patch, the parts reported as internal errors)
 FAULTS = {
     "forward+transfer+events_writer": ("""
-from neuraldbg_cli import probes, trace
+from neuraldbg_cli import probes, tracewriter
 from neuraldbg_cli import tensorstats
 tensorstats.full = tensorstats.cheap = tensorstats.host_values = boom
 def half_a_line_then_disk_full(self, ev):
-    trace._write_all(self._events, b'{"schema": "neuraldbg.event/1", "type": "cut')
+    tracewriter._write_all(self._events, b'{"schema": "neuraldbg.event/1", "type": "cut')
     raise OSError(28, 'No space left on device')
-trace.RunWriter.event = half_a_line_then_disk_full
+tracewriter.RunWriter.event = half_a_line_then_disk_full
 """, ["forward", "transfer", "events.jsonl"]),
     "grads+stats_writer": ("""
-from neuraldbg_cli import gradreader, trace
+from neuraldbg_cli import gradreader, tracewriter
 gradreader.GradReader.norms = boom
 def disk_full(*a, **k):
     raise OSError(28, 'No space left on device')
-trace.RunWriter.stats = disk_full
+tracewriter.RunWriter.stats = disk_full
 """, ["grads", "stats.jsonl"]),
     "monitor+model_description": ("""
 from neuraldbg_cli import monitor, probes

@@ -288,7 +288,7 @@ def test_no_normalisation_or_residual_advice_for_a_model_that_has_them():
 def test_the_reasoner_imports_no_io_module():
     """No trace reader, JSON library or torch (msgspec is there: it defines the event type, events.SemanticEvent)."""
     code = ("import sys, neuraldbg_cli.reasoner; "
-            "bad = [m for m in ('neuraldbg_cli.trace', 'orjson', 'torch') if m in sys.modules]; "
+            "bad = [m for m in ('neuraldbg_cli.tracereader', 'neuraldbg_cli.tracejob', 'orjson', 'torch') if m in sys.modules]; "
             "assert not bad, bad")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env())
     assert r.returncode == 0, r.stderr

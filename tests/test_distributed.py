@@ -253,7 +253,7 @@ def test_single_process_json_has_no_rank_fields(tmp_path):
 
 
 def _rank_run(rank: int, steps: int, code, wrappers=("DistributedDataParallel",)):
-    from neuraldbg_cli.trace import RunData
+    from neuraldbg_cli.tracejob import RunData
 
     return RunData(dir=Path("."), meta={"steps_observed": steps, "exit_status": code}, events=[],
                    models={"models": [{"wrappers": list(wrappers)}]}, rank=rank)

@@ -62,14 +62,14 @@ def test_learning_rate_is_read_from_the_run(observe):
 def test_every_event_written_is_in_the_vocabulary(observe):
     """Every type, state and site the monitor writes is one events.py names (EventType, the health states,
     SITES), so that readers of the trace (the rules, the report, users' own scripts) can rely on that list."""
-    from neuraldbg_cli import trace
+    from neuraldbg_cli import tracejob
     from neuraldbg_cli.events import (RUN_STATES, SITES, ActState, DataState, EventType, GradState, LossState,
                                       SemanticEvent, UpdateState)
 
     states = {s.value for e in (GradState, ActState, LossState, DataState, UpdateState) for s in e} | set(RUN_STATES)
     seen = set()
     for script, _, _ in CASES:
-        events = trace.read_run(observe(script).run_dir).events
+        events = tracejob.read_run(observe(script).run_dir).events
         assert events and all(type(e) is SemanticEvent for e in events), script
         assert {e.type for e in events} <= {t.value for t in EventType}, script
         assert {e.from_ for e in events} | {e.to for e in events} <= states, script

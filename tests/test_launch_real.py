@@ -8,7 +8,7 @@ import pytest
 
 from conftest import ASSETS, run_cli, run_python
 from neuraldbg_cli.events import SemanticEvent
-from neuraldbg_cli.launch import live_line
+from neuraldbg_cli.console import live_line
 
 WHOAMI = textwrap.dedent('''
     import json, os, sys
@@ -70,7 +70,7 @@ def test_file_next_to_the_script_after_chdir(tmp_path):
 
 
 def test_script_is_compiled_without_neuraldbgs_future_flags(tmp_path):
-    """launch.py uses `from __future__ import annotations`; the script must not inherit it."""
+    """scriptexec.py uses `from __future__ import annotations`; the script must not inherit it."""
     script = tmp_path / "ann.py"
     script.write_text("def f(x: int) -> int: return x\nprint(f.__annotations__['x'] is int)\n")
     observed = run_cli("run", "--quiet", "--run-dir", tmp_path / "r", script)

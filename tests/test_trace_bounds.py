@@ -6,9 +6,9 @@ import math
 import pytest
 
 from conftest import run_cli
-from neuraldbg_cli import trace
+from neuraldbg_cli import tracereader, tracewriter
 from neuraldbg_cli.events import ActStats, GradStats, SemanticEvent, StepRecord
-from neuraldbg_cli.launch import STATS_EVERY_STEP, StatsThinner
+from neuraldbg_cli.tracewriter import STATS_EVERY_STEP, StatsThinner
 
 
 def _records(n: int, every: int = 10):
@@ -97,9 +97,9 @@ def _mixed_file(path):
 def test_bulk_reader_matches_line_by_line(tmp_path, monkeypatch, max_line):
     path = tmp_path / "events.jsonl"
     _mixed_file(path)
-    monkeypatch.setattr(trace, "MAX_LINE", max_line)  # blocks of a few lines: some good ones are decoded whole
+    monkeypatch.setattr(tracereader, "MAX_LINE", max_line)  # blocks of a few lines: some good ones are decoded whole
     warnings: list[str] = []
-    events = trace.read_events(path, warnings)
+    events = tracereader.read_events(path, warnings)
     assert [e.step for e in events] == list(range(60))
     expected = ["line 9 of events.jsonl is not valid JSON", "line 16 of events.jsonl is not a JSON object",
                 "line 25 of events.jsonl is not a valid event", "has step 9223372036854775808, out of range",
@@ -111,15 +111,15 @@ def test_bulk_reader_matches_line_by_line(tmp_path, monkeypatch, max_line):
 
 
 def test_bulk_reader_cap(tmp_path, monkeypatch):
-    monkeypatch.setattr(trace, "MAX_EVENTS", 50)
+    monkeypatch.setattr(tracereader, "MAX_EVENTS", 50)
     path = tmp_path / "events.jsonl"
     path.write_text("".join(json.dumps({**EVENT, "step": i}) + "\n" for i in range(50)))
     warnings: list[str] = []
-    assert len(trace.read_events(path, warnings)) == 50 and not warnings  # exactly the cap: nothing left out
+    assert len(tracereader.read_events(path, warnings)) == 50 and not warnings  # exactly the cap: nothing left out
     with path.open("a") as f:
         f.write(json.dumps({**EVENT, "step": 50}) + "\n")
     warnings = []
-    assert len(trace.read_events(path, warnings)) == 50 and any("more than 50 events" in w for w in warnings)
+    assert len(tracereader.read_events(path, warnings)) == 50 and any("more than 50 events" in w for w in warnings)
 
 
 
@@ -127,15 +127,15 @@ def test_bulk_reader_cap(tmp_path, monkeypatch):
 def test_line_blocks_match_iter_lines(tmp_path, monkeypatch, max_line):
     """Split a block at a time, lines come out as iter_lines reads them one by one, over-long ones and lines
     across block edges included (a tiny MAX_LINE makes every case happen)."""
-    monkeypatch.setattr(trace, "MAX_LINE", max_line)
+    monkeypatch.setattr(tracereader, "MAX_LINE", max_line)
     path = tmp_path / "events.jsonl"
     for data in [b"", b"\n", b"a", b"a\n", b"a\n\nbb\n", b"x" * 100, b"x" * 100 + b"\nab\n" + b"y" * 41 + b"\ncd",
                  b"".join(b"z" * n + b"\n" for n in range(60)), b"".join(b"z" * n + b"\n" for n in range(60)) + b"tail"]:
         path.write_bytes(data)
         expected = [(n, line if line is None else line.rstrip(b"\n"), complete)
-                    for n, line, complete in trace.iter_lines(path)]
-        got = [(first + i, line, complete) for first, body, complete in trace.iter_blocks(path)
-               for i, line in enumerate(trace.split_block(body, complete))]
+                    for n, line, complete in tracereader.iter_lines(path)]
+        got = [(first + i, line, complete) for first, body, complete in tracereader.iter_blocks(path)
+               for i, line in enumerate(tracereader.split_block(body, complete))]
         assert got == expected, data
 
 
@@ -151,7 +151,7 @@ def test_odd_lines_read_as_the_event_they_stand_for(tmp_path):
     for lines in ([json.dumps(o) for o in odd], [json.dumps(o) + "\n{bad" for o in odd]):  # whole; line by line
         path.write_text("".join(line + "\n" for line in lines))
         warnings: list[str] = []
-        events = trace.read_events(path, warnings)
+        events = tracereader.read_events(path, warnings)
         assert [e.to_json_dict() for e in events] == want
         assert {type(e) for e in events} == {SemanticEvent}
         assert len(warnings) == (0 if lines[0].endswith("}") else len(odd))
@@ -159,7 +159,7 @@ def test_odd_lines_read_as_the_event_they_stand_for(tmp_path):
     rejected = [{**event, "metrics": {"a": True}}, {**by_name, "from_": "healthy"}]
     path.write_text("".join(json.dumps(o) + "\n" for o in rejected))
     warnings = []
-    assert trace.read_events(path, warnings) == [] and all("is not a valid event" in w for w in warnings)
+    assert tracereader.read_events(path, warnings) == [] and all("is not a valid event" in w for w in warnings)
     assert len(warnings) == 2
 
 
@@ -168,12 +168,12 @@ def test_events_write_as_they_read(tmp_path):
     metrics = {"a": 1e-09, "b": 1e308, "c": -1e308, "d": None, "e": 123456.0, "f": 0.1, "g": 1e16, "h": 0.0}
     ev = SemanticEvent(type="t", step=5, module="m.0", root="Net", from_="healthy", to="vanishing", metrics=metrics,
                        site="gradient")
-    writer = trace.RunWriter(tmp_path)
+    writer = tracewriter.RunWriter(tmp_path)
     writer.event(ev.to_json_dict())
     writer.close()
     line = (tmp_path / "events.jsonl").read_bytes()
     assert list(json.loads(line)) == ["schema", "type", "step", "module", "root", "from", "to", "metrics", "site"]
-    assert trace.read_events(tmp_path / "events.jsonl", []) == [ev]
+    assert tracereader.read_events(tmp_path / "events.jsonl", []) == [ev]
 
 
 def test_unhashable_schema_is_an_unknown_schema(tmp_path):
@@ -182,7 +182,7 @@ def test_unhashable_schema_is_an_unknown_schema(tmp_path):
     path = tmp_path / "events.jsonl"
     path.write_text(json.dumps({**EVENT, "step": 1, "schema": [1]}) + "\n")
     with pytest.raises(NeuraldbgError, match="uses event schema"):
-        trace.read_events(path, [])
+        tracereader.read_events(path, [])
 
 
 @pytest.mark.parametrize("max_line", [256, 1024, 1 << 20])
@@ -201,16 +201,16 @@ def test_whole_blocks_read_as_line_by_line(tmp_path, monkeypatch, max_line):
     lines[200:203] = [odd[0], odd[2], odd[1] + " " + odd[3]]
     path = tmp_path / "events.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    monkeypatch.setattr(trace, "MAX_LINE", max_line)
-    whole = trace._EventReader._whole
+    monkeypatch.setattr(tracereader, "MAX_LINE", max_line)
+    whole = tracereader._EventReader._whole
     for _ in range(2):
         got_warnings: list[str] = []
-        got = [e.to_json_dict() for e in trace.read_events(path, got_warnings)]
-        monkeypatch.setattr(trace._EventReader, "_whole", lambda self, body: False)
+        got = [e.to_json_dict() for e in tracereader.read_events(path, got_warnings)]
+        monkeypatch.setattr(tracereader._EventReader, "_whole", lambda self, body: False)
         want_warnings: list[str] = []
-        want = [e.to_json_dict() for e in trace.read_events(path, want_warnings)]
+        want = [e.to_json_dict() for e in tracereader.read_events(path, want_warnings)]
         assert got == want and got_warnings == want_warnings
         assert len(got) > 300
         lines = [line for line in lines if line not in odd[4:]]  # only what _whole could be fooled by
         path.write_text("\n".join(lines) + "\n")
-        monkeypatch.setattr(trace._EventReader, "_whole", whole)
+        monkeypatch.setattr(tracereader._EventReader, "_whole", whole)

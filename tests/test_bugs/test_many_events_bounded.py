@@ -2,13 +2,13 @@
 file of valid events grew memory without bound. Reading stops at MAX_EVENTS, with a warning."""
 import json
 
-from neuraldbg_cli import trace
+from neuraldbg_cli import tracereader
 
 
 def test_event_count_is_capped(tmp_path, monkeypatch):
-    monkeypatch.setattr(trace, "MAX_EVENTS", 50)
+    monkeypatch.setattr(tracereader, "MAX_EVENTS", 50)
     line = json.dumps({"type": "x", "step": 1, "module": None, "from": "a", "to": "b", "metrics": {}}) + "\n"
     (tmp_path / "events.jsonl").write_text(line * 500)
     warnings: list[str] = []
-    events = trace.read_events(tmp_path / "events.jsonl", warnings)
+    events = tracereader.read_events(tmp_path / "events.jsonl", warnings)
     assert len(events) == 50 and any("more than 50 events" in w for w in warnings)
