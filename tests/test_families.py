@@ -96,7 +96,8 @@ def test_a_family_plugs_in_without_editing_other_files():
 
 def test_families_import_no_io_and_no_torch():
     code = ("import sys, neuraldbg_cli.families, neuraldbg_cli.monitor, neuraldbg_cli.reasoner; "
-            "bad = [m for m in ('torch', 'neuraldbg_cli.trace', 'neuraldbg_cli.launch') if m in sys.modules]; "
+            "bad = [m for m in ('torch', 'neuraldbg_cli.tracereader', 'neuraldbg_cli.tracewriter', "
+            "'neuraldbg_cli.tracejob', 'neuraldbg_cli.session', 'neuraldbg_cli.scriptexec') if m in sys.modules]; "
             "assert not bad, bad")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
