@@ -75,7 +75,7 @@ class GradReader:
                     scale[i] *= math.sqrt(grads[i].numel() / part.numel())
                     grads[i] = part
         with torch.no_grad():
-            norms = torch._foreach_norm(grads)
+            norms = ts.norms(grads)
         buf.extend("grad", owners, list(norms), scale)
 
     def step_stats(self, buf: StepBuffer) -> None:
@@ -89,7 +89,7 @@ class GradReader:
         if buf.sampled and ps.params:
             parts, shard_scale = ts.local_parts(ps.params)
             with torch.no_grad():
-                norms = torch._foreach_norm(parts)
+                norms = ts.norms(parts)
                 sums = ts.checksums(self._bit_views(ps.params))
             buf.extend("weight", ps.owners, list(norms), shard_scale)
             if isinstance(sums, torch.Tensor):
@@ -120,7 +120,7 @@ class GradReader:
             if not keep:
                 return
             diffs = torch._foreach_sub([after[i] for i in keep], [before.samples[i] for i in keep])
-            norms = torch._foreach_norm(diffs)
+            norms = ts.norms(list(diffs))
         scale = [math.sqrt(before.params[i].numel() / before.samples[i].numel()) for i in keep]
         before.buf.extend(
             "update",

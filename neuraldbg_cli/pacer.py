@@ -59,7 +59,11 @@ class StepPacer:
         a closure step (LBFGS, Lightning) computes them inside step(): they are read after it. Only the
         outermost step counts (a wrapper optimizer stepping the one inside, a subclass's super().step())."""
         off = self._guard.off
-        if not self._guard.mine() or not self.clock.step_begin() or "grads" in off:
+        if not self._guard.mine() or not self.clock.step_begin():
+            return
+        if self.clock.takes_over(id(opt)):
+            self._close_before()
+        if "grads" in off:
             return
         buf = self._steps.buf
         try:
@@ -134,6 +138,23 @@ class StepPacer:
         zero_grad.__wrapped__ = original  # type: ignore[attr-defined]
         return zero_grad
 
+    def _close_before(self) -> None:
+        """A new phase's optimizer steps a second time (StepClock.takes_over): its first update, still in the
+        step under way, closes that step now. What the backward passes since belong to moves to the next step
+        (their loss, whether a GradScaler scaled them, the models they ran); the forward passes' values stay
+        behind (a NaN they made shows one step early)."""
+        buf = self._steps.buf
+        pending, buf.pending = buf.pending, None
+        try:
+            self.advance()
+        except Exception as e:  # noqa: BLE001
+            self._guard.fault("step", e)
+        new = self._steps.buf
+        new.pending = pending
+        if new is not buf:
+            new.scaled = buf.scaled
+            new.active.update(buf.active)
+
     # ---- backward passes ----
 
     def backward_end(self, scaled: bool) -> None:
@@ -201,12 +222,17 @@ class StepPacer:
         self._outbox.put(buf)
 
     def _idle_tail(self, buf: StepBuffer) -> bool:
-        """After training, a last step that only saw forward passes (a final evaluation without no_grad) is
-        no training step: dropped unless it made a NaN/Inf (read here, once, at the end of the run)."""
+        """After training, a last step that no optimizer step completes is no training step: one that only saw
+        forward passes (a final evaluation without no_grad), or, once an optimizer has stepped, backward passes
+        that accumulate for a step that never comes (the last micro-batches of an epoch). Dropped unless it
+        made a NaN/Inf (read here, once, at the end of the run)."""
         clock = self.clock
-        if not self._steps.step or clock.done or clock.backwards or buf.losses or buf.pending is not None:
+        if not self._steps.step or clock.done or buf.losses:
             return False
+        if clock.backwards and (not clock.stepped or clock.fallback):  # backward passes are steps here
+            return False
+        tail = buf.parts + buf.checks + ([buf.pending.detach()] if buf.pending is not None else [])
         try:
-            return math.isfinite(sum(ts.host_values(buf.parts + buf.checks)))
+            return math.isfinite(sum(ts.host_values(tail)))
         except Exception:  # noqa: BLE001
             return False

@@ -98,6 +98,13 @@ class StepClock:
             return True
         return False
 
+    def takes_over(self, key: Hashable) -> bool:
+        """An outermost optimizer step begins: whether it is one that already stepped since the lead's last step,
+        without closing a step, and now steps again while the lead does not (see `_paces`: it takes over, a new
+        phase). Its previous update was then an optimizer step of its own, which no step close counted: the
+        probe closes that step before this one begins, so a phase of M updates counts M steps, not M - 1."""
+        return self.lead is not None and key not in (self.lead, self._pacer) and self._waiting.get(key, 0) >= 1
+
     def step_end(self, key: Hashable, live: Callable[[Hashable], bool] = lambda k: True) -> bool | None:
         """An optimizer step ended: None for an inner one, else whether it closes the training step.
         `live(key)`: whether that optimizer still exists (a garbage-collected pacer is replaced at once)."""

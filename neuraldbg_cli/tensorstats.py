@@ -75,10 +75,57 @@ class Layout(NamedTuple):
     flags: int
 
 
+# Overflow. The tool's own statistics must not turn finite values into inf (a gradient of 1e23 would read as a
+# NaN): a float32 sum of squares overflows once the RMS passes ~1.8e19, and an fp16 result once it passes 65504.
+# On CUDA the reductions accumulate in float64 (`dtype=`: one pass, no copy, the same memory traffic; its norms
+# then differ from float32 accumulation in the last bits). On the CPU float64 reductions cost up to 10x (the input
+# is converted), so the float32 result is kept (bit for bit as before) and an infinite one, which is rare and free
+# to read there (no device to wait for), is recomputed in float64: it stays inf only when the tensor holds an inf
+# (a NaN result is not recomputed: only NaN/Inf values make one). Other devices (MPS has no float64) reduce in
+# float32 at least.
+WIDE = {"cuda"}
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The L2 norm of each tensor (0-d), overflow-safe for finite values (see WIDE), with no host sync off the CPU."""
+    if not tensors:
+        return []
+    kind = tensors[0].device.type
+    real = all(t.dtype in _FLOATS for t in tensors)
+    if kind in WIDE and real:
+        return list(torch._foreach_norm(tensors, 2, dtype=torch.float64))
+    if kind != "cpu":
+        narrow = real and all(t.dtype != torch.float64 for t in tensors)
+        return list(torch._foreach_norm(tensors, 2, dtype=torch.float32) if narrow else torch._foreach_norm(tensors))
+    out = list(torch._foreach_norm(tensors))
+    if out:
+        for i, v in enumerate(torch.stack([n.float() for n in out]).tolist()):
+            if math.isinf(v) and tensors[i].is_floating_point():
+                out[i] = torch.linalg.vector_norm(tensors[i], dtype=torch.float64)
+    return out
+
+
+def _sum_and_squares(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum and sum of squares of a float32 vector, overflow-safe as `norms`."""
+    if flat.device.type in WIDE:
+        return flat.sum(dtype=torch.float64), torch.linalg.vector_norm(flat, dtype=torch.float64).square()
+    s, sq = flat.sum(), torch.dot(flat, flat)
+    if flat.is_cpu and math.isinf(sq.item() + s.item()):  # NaN: the values hold one (or +inf and -inf)
+        s, sq = flat.sum(dtype=torch.float64), torch.linalg.vector_norm(flat, dtype=torch.float64).square()
+    return s, sq
+
+
+def _norm(flat: torch.Tensor) -> torch.Tensor:
+    return norms([flat])[0]
+
+
 def cheap(x: torch.Tensor) -> torch.Tensor:
     """One reduction: non-finite iff some element is NaN/Inf. Half precision is summed in fp32, so its
     own range cannot overflow."""
     x = x.detach()
+    if x.device.type in WIDE:  # float64 there: a sum past float32's range (values ~1e33) is no NaN/Inf
+        return x.sum(dtype=torch.float64)
     return x.sum() if x.dtype is torch.float32 else x.sum(dtype=torch.float32)
 
 
@@ -103,21 +150,24 @@ def full(x: torch.Tensor, flags: int) -> tuple[list[torch.Tensor], Layout]:
         x = x.float()
     n = x.numel()
     flat = x.reshape(-1)
-    s = flat.sum()
     if flags & EXACT:
+        s = flat.sum(dtype=torch.float64) if flat.device.type in WIDE else flat.sum()
+        if flat.is_cpu and math.isinf(s.item()):
+            s = flat.sum(dtype=torch.float64)
         centred = torch.sub(flat, s, alpha=1.0 / n)
         out = [
             s,
-            torch.linalg.vector_norm(centred),
+            _norm(centred),
             *torch.aminmax(flat),
             torch.add(_one(x.device), flat, alpha=0, out=centred).nansum(),
         ]  # 1 + 0*x: NaN unless finite
         return out, Layout(n, n, 0, flags)
+    s, sq = _sum_and_squares(flat)
     if not flags & (DEAD | SAT):  # a layer's output: only the mean and std are judged (min/max: NaN)
-        return [s, torch.dot(flat, flat)], Layout(n, n, 0, flags)
+        return [s, sq], Layout(n, n, 0, flags)
     part = sample(flat)
     t = _scratch(part)
-    out = [s, torch.dot(flat, flat), *torch.aminmax(part)]  # the range tells ReLU/sigmoid/tanh outputs apart
+    out = [s, sq, *torch.aminmax(part)]  # the range tells ReLU/sigmoid/tanh outputs apart
     units = 0
     if flags & DEAD:
         out.append(torch.eq(part, 0, out=t).sum())  # counts as 0/1 floats: several times faster than bools
@@ -245,6 +295,11 @@ def _fold(x: torch.Tensor) -> torch.Tensor:
     return ((x ^ (x >> 24) ^ (x >> 48)) & CHECKSUM_BITS).float()
 
 
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """float32, or float64 for a float64 part (an overflow-safe statistic beyond float32's range stays finite)."""
+    return t if t.dtype is torch.float64 else t.float()
+
+
 def host_values(tensors: list[torch.Tensor]) -> list[float]:
     """All values home in one copy (per device): the 0-d parts stacked, the occasional 1-d part (a
     vector of checksums) appended; any dtype comes back as a float, in the parts' order."""
@@ -253,7 +308,7 @@ def host_values(tensors: list[torch.Tensor]) -> list[float]:
         return _scalars_home(tensors)
     scalars = [t for t in tensors if not t.dim()]
     try:
-        flat = torch.cat([torch.stack(scalars).float(), *vectors] if scalars else vectors).tolist()
+        flat = torch.cat([_wide(torch.stack(scalars)), *vectors] if scalars else vectors).tolist()
     except RuntimeError:  # on more than one device
         flat = _scalars_home(scalars) + [v for vec in vectors for v in vec.tolist()]
     head, tail = iter(flat[: len(scalars)]), iter(flat[len(scalars) :])
@@ -264,7 +319,7 @@ def _scalars_home(scalars: list[torch.Tensor]) -> list[float]:
     if not scalars:
         return []
     try:
-        return torch.stack(scalars).float().tolist()
+        return _wide(torch.stack(scalars)).tolist()
     except RuntimeError:  # on more than one device
         pass
     by_device: dict[torch.device, list[int]] = defaultdict(list)
@@ -272,6 +327,6 @@ def _scalars_home(scalars: list[torch.Tensor]) -> list[float]:
         by_device[t.device].append(i)
     out: list[float] = [0.0] * len(scalars)
     for idx in by_device.values():
-        for i, v in zip(idx, torch.stack([scalars[i] for i in idx]).float().tolist()):
+        for i, v in zip(idx, _wide(torch.stack([scalars[i] for i in idx])).tolist()):
             out[i] = v
     return out

@@ -1,0 +1,133 @@
+"""Step counts of training layouts tests/test_step_clock.py leaves out, through the real CLI (CONTRACT.md: `step`
+counts completed optimizer steps; a backward pass no optimizer step follows is not a step; optimizers trained in
+separate phases count every update; several optimizers stepped in one iteration are one step)."""
+import json
+import textwrap
+
+from tests.conftest import explain_json, run_cli
+
+HEAD = """
+import sys
+import torch
+import torch.nn as nn
+torch.manual_seed(0)
+def mlp(i=4, o=1):
+    return nn.Sequential(nn.Linear(i, 8), nn.Tanh(), nn.Linear(8, o))
+def batch():
+    x = torch.randn(16, 4)
+    return x, x.sum(1, keepdim=True)
+"""
+
+GAN = """
+g, d = mlp(2, 4), mlp(4, 1)
+opt_g = torch.optim.Adam(g.parameters(), lr=1e-3)
+opt_d = torch.optim.Adam(d.parameters(), lr=1e-3)
+bce = nn.BCEWithLogitsLoss()
+def d_step():
+    opt_d.zero_grad()
+    fake = g(torch.randn(16, 2))
+    loss = bce(d(torch.randn(16, 4) + 2.0), torch.ones(16, 1)) + bce(d(fake.detach()), torch.zeros(16, 1))
+    loss.backward()
+    opt_d.step()
+    return fake
+def g_backward(fake):
+    opt_g.zero_grad()
+    bce(d(fake), torch.ones(16, 1)).backward()
+"""
+
+SCRIPTS = {
+    # 10 micro-batches, an optimizer step every 4th: the last 2 backward passes are followed by no step
+    "accumulate_tail": """
+m = mlp()
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+for i in range(10):
+    x, y = batch()
+    (nn.functional.mse_loss(m(x), y) / 4).backward()
+    if (i + 1) % 4 == 0:
+        opt.step()
+        opt.zero_grad()
+""",
+    # 6 iterations of D then G; a 7th where D steps and G's backward runs, but G never steps
+    "gan_tail": GAN + """
+for it in range(7):
+    fake = d_step()
+    g_backward(fake)
+    if it < 6:
+        opt_g.step()
+""",
+    # G and D stepped in one iteration, 9 iterations
+    "gan_same_iteration": GAN + """
+for it in range(9):
+    fake = d_step()
+    g_backward(fake)
+    opt_g.step()
+""",
+    # layer-wise / phase training: optimizer A for 5 steps on loss A, then optimizer B for 4 steps on loss B
+    "phases": """
+enc, head = mlp(4, 4), mlp(4, 1)
+opt_a = torch.optim.SGD(enc.parameters(), lr=0.01)
+opt_b = torch.optim.SGD(head.parameters(), lr=0.01)
+for i in range(5):
+    x, _ = batch()
+    opt_a.zero_grad()
+    nn.functional.mse_loss(enc(x), x).backward()  # reconstruction
+    opt_a.step()
+for i in range(4):
+    x, y = batch()
+    opt_b.zero_grad()
+    nn.functional.mse_loss(head(enc(x).detach()), y).backward()
+    opt_b.step()
+""",
+}
+
+
+def _run(tmp_path, name):
+    script = tmp_path / f"{name}.py"
+    script.write_text(textwrap.dedent(HEAD) + textwrap.dedent(SCRIPTS[name]))
+    run_dir = tmp_path / "trace"
+    proc = run_cli("run", "--quiet", "--run-dir", run_dir, script)
+    assert proc.returncode == 0, proc.stderr
+    assert "internal error" not in proc.stderr, proc.stderr
+    rows = [json.loads(line) for line in (run_dir / "stats.jsonl").read_text().splitlines()]
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    return explain_json(run_dir), rows, events
+
+
+def _check(report, rows, events, n):
+    assert report["steps_observed"] == n
+    assert [r["step"] for r in rows] == list(range(n))
+    assert all(0 <= e["step"] < n for e in events)
+
+
+def test_trailing_micro_batches_without_a_step_are_no_step(tmp_path):
+    _check(*_run(tmp_path, "accumulate_tail"), 2)
+
+
+def test_gan_last_generator_backward_without_its_step_adds_no_step(tmp_path):
+    _check(*_run(tmp_path, "gan_tail"), 7)  # the 7th iteration's D step is a step; G's backward after it is not
+
+
+def test_gan_two_optimizers_stepped_in_one_iteration_are_one_step(tmp_path):
+    report, rows, events = _run(tmp_path, "gan_same_iteration")
+    _check(report, rows, events, 9)
+
+
+def test_phases_count_every_update(tmp_path):
+    _check(*_run(tmp_path, "phases"), 9)
+
+
+def test_clock_a_new_phase_closes_its_first_update_before_its_second():
+    from neuraldbg_cli.stepclock import StepClock
+
+    c = StepClock()
+    seen = []
+    for key in "aaabbb":
+        c.step_begin()
+        seen.append((c.takes_over(key), c.step_end(key)))
+    # b's first update closes nothing (it could be a GAN's second optimizer); its second step closes it first
+    assert seen == [(False, True)] * 3 + [(False, False), (True, True), (False, True)]
+    c = StepClock()
+    for key in "dgdgdgdg":  # two optimizers in one iteration: never a takeover
+        c.step_begin()
+        assert not c.takes_over(key)
+        c.step_end(key)
