@@ -101,6 +101,20 @@ def patched(tmp_path_factory):
     return _patched
 
 
+# Under pytest-xdist (`-n 2 --dist loadgroup`, the README's test command) each worker has its own copy of the
+# session caches above, so the tests that share an expensive run are kept on one worker: the 2-rank torchrun
+# jobs (test_distributed.py, cached per mode; one job at a time also keeps 4 ranks off 2 cores) and the
+# torch.compile run (`compiled`). loadgroup hands out the largest group first, so these long runs start first.
+_GROUPS = {"test_distributed.py": "distributed"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        group = _GROUPS.get(item.path.name) or ("compiled" if "compiled" in item.fixturenames else None)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(autouse=True)
 def _no_global_hooks_left():
     """Like PyTorch's TestModuleGlobalHooks.tearDown: nothing of ours may stay registered."""
