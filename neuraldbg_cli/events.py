@@ -149,6 +149,25 @@ class GradStats:
     update_norm: float | None = None  # L2 of the change one optimizer step made, sampled steps only
 
 
+@dataclass(slots=True)
+class NormStats:
+    """A normalisation layer on a sampled step (normprobe.py). training: it ran in training mode at some call of
+    the step; per_channel: values behind each channel's batch statistics (0: no running statistics read);
+    running_finite / running_initial: 1.0 or 0.0 (None: not read); shift / log_scale: the batch's statistics
+    against the running ones (see normprobe.values); gain_rms: the RMS of its weight (None: no gain)."""
+
+    type: str
+    training: bool
+    trainable: bool
+    momentum: float | None
+    per_channel: int
+    running_finite: float | None = None
+    running_initial: float | None = None
+    shift: float | None = None
+    log_scale: float | None = None
+    gain_rms: float | None = None
+
+
 @dataclass
 class StepRecord:
     """Everything observed for one training step. On unsampled steps `acts`/`inputs` hold only a
@@ -160,6 +179,7 @@ class StepRecord:
     losses: dict[str, float] = field(default_factory=dict)  # series (the trained root model) -> its loss this step
     acts: dict[tuple[str, str, str], Any] = field(default_factory=dict)  # (root, module, site) -> stats
     grads: dict[tuple[str, str], GradStats] = field(default_factory=dict)  # (root, module) -> stats
+    norms: dict[tuple[str, str], NormStats] = field(default_factory=dict)  # (root, module) -> sampled steps only
     time: float | None = None  # when the step closed (perf_counter seconds): per-rank step times
     active: set[str] | None = None  # roots whose forward ran this step (None: unknown, judge all)
 

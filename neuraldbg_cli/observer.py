@@ -21,6 +21,7 @@ import torch
 from torch.nn.modules import module as _module
 from torch.nn.modules.loss import _Loss
 
+from neuraldbg_cli import normprobe
 from neuraldbg_cli import tensorstats as ts
 from neuraldbg_cli.guard import Guard, compiling
 from neuraldbg_cli.provenance import Outputs, Sites, first_tensor, from_outside, loss_target
@@ -226,11 +227,27 @@ class ForwardObserver:
             # else: finite-preserving and fed the output just checked, so no NaN can start here. Also a
             # normalisation layer: its weights turn NaN through a gradient (checked every step) or a broken
             # optimizer update, which then shows at the next layer's check
+        if flags & CHEAP_ONLY and buf.sampled:
+            self._observe_norm(root, name, module, args)
         st.layer = name if kind == PARAMS or not act else layer  # activations keep the layer's name
         st.out = t
         if name not in root._ordered:  # the order layers first ran in, for the trace
             root._ordered.add(name)
             root.order.append(name)
+
+    def _observe_norm(self, root: Root, name: str, module: torch.nn.Module, args: tuple) -> None:
+        """A normalisation layer on a sampled step: its statistics at the first call, its mode at every call
+        (a grad-enabled evaluation pass in eval mode must not hide that the training forwards ran in train mode)."""
+        buf, key = self._steps.buf, (root.name, name)
+        if module.training:
+            buf.norm_train.add(key)
+        nkey = ("norm", *key)
+        if nkey in buf.seen:
+            return
+        buf.seen.add(nkey)
+        found = normprobe.values(module, first_float(args))
+        if found is not None:
+            buf.extend("norm", key, *found)
 
     def _observe_container(self, st: _Thread, root: Root, name: str, output: Any) -> None:
         t = first_float(output)
