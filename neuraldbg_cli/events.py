@@ -76,6 +76,18 @@ class UpdateState(str, Enum):
     collapsing = "collapsing"  # weight norms shrink toward 0 (e.g. a huge weight_decay)
 
 
+class LossCallState(str, Enum):
+    """How a loss is called (families/lossfn.py): what its input and target are against what it expects."""
+
+    normal = "normal"
+    broadcast = "broadcast"  # an elementwise loss's target broadcasts against the input to another shape
+    probabilities_to_ce = "probabilities_to_ce"  # cross_entropy fed probabilities (softmax before it)
+    probabilities_to_logits_loss = "probabilities_to_logits_loss"  # a with-logits loss fed values in [0, 1]
+    logits_to_nll = "logits_to_nll"  # a log-probability loss (nll_loss, kl_div) fed values above 0
+    probabilities_to_nll = "probabilities_to_nll"  # a log-probability loss fed probabilities (softmax, not log)
+    sum_reduction = "sum_reduction"  # reduction="sum" over many terms: gradients scale with the batch
+
+
 class EventType(str, Enum):
     gradient_health_transition = "gradient_health_transition"
     activation_regime_shift = "activation_regime_shift"
@@ -84,10 +96,11 @@ class EventType(str, Enum):
     non_finite = "non_finite"
     parameter_update = "parameter_update"
     run_summary = "run_summary"
+    loss_call_health = "loss_call_health"
 
 
 # Every value neuraldbg writes in the `site` field and in run_summary's `from`/`to` (others are read too)
-SITES = ("output", "activation", "gradient", "weights", "input", "target", "loss", "run")
+SITES = ("output", "activation", "gradient", "weights", "input", "target", "loss", "run", "loss_call")
 RUN_STATES = ("running", "finished")
 
 
@@ -168,6 +181,29 @@ class NormStats:
     gain_rms: float | None = None
 
 
+@dataclass(slots=True)
+class LossCallStats:
+    """The first call of one loss on a sampled step (lossprobe.py). name: the functional loss (a loss module's
+    too, see lossprobe.MODULE_LOSSES), module: the loss module's class (None: called as a function); shapes as
+    called; broadcast_shape: what input and target broadcast to when that is not the input's shape (the
+    target broadcasting bug), else None; classes: size of the class dim (cross_entropy, nll_loss, kl_div);
+    terms: values the reduction adds up; min/max: of the input (an evenly spread sample); row_sum_dev: max over
+    a few leading rows of |sum over classes - 1| (None: no class dim)."""
+
+    name: str
+    module: str | None
+    input_shape: tuple[int, ...]
+    target_shape: tuple[int, ...] | None
+    broadcast_shape: tuple[int, ...] | None
+    reduction: str
+    dtype: str
+    classes: int | None
+    terms: int
+    min: float = float("nan")
+    max: float = float("nan")
+    row_sum_dev: float | None = None
+
+
 @dataclass
 class StepRecord:
     """Everything observed for one training step. On unsampled steps `acts`/`inputs` hold only a
@@ -180,6 +216,7 @@ class StepRecord:
     acts: dict[tuple[str, str, str], Any] = field(default_factory=dict)  # (root, module, site) -> stats
     grads: dict[tuple[str, str], GradStats] = field(default_factory=dict)  # (root, module) -> stats
     norms: dict[tuple[str, str], NormStats] = field(default_factory=dict)  # (root, module) -> sampled steps only
+    loss_calls: dict[str, LossCallStats] = field(default_factory=dict)  # loss name -> its first call, sampled steps
     time: float | None = None  # when the step closed (perf_counter seconds): per-rank step times
     active: set[str] | None = None  # roots whose forward ran this step (None: unknown, judge all)
 

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import torch
 
 from neuraldbg_cli import tensorstats as ts
-from neuraldbg_cli.events import ActStats, GradStats, NormStats, StepRecord
+from neuraldbg_cli.events import ActStats, GradStats, LossCallStats, NormStats, StepRecord
 from neuraldbg_cli.guard import Guard
 
 # Checks one step holds before repeated keys are folded (StepBuffer.check): a few per module and forward, so
@@ -29,7 +29,7 @@ MAX_CHECKS = 8192
 class Slot(NamedTuple):
     """Where some of a buffer's parts go on the host (see `_place`)."""
 
-    what: str  # "loss", "full", "grad", "weight", "update" or "checksum"
+    what: str  # "loss", "full", "grad", "weight", "update", "checksum", "norm" or "loss_call"
     key: Any  # the series, the site (root, module, site), or the parameters' owners
     length: int  # values in the parts
     extra: Any  # what `_place` needs besides the values (a Layout, norm factors) or None
@@ -229,6 +229,8 @@ def _place(rec: StepRecord, what: str, key: Any, chunk: list[float], extra: Any)
         _accumulate(rec, key, chunk if extra is None else [v * f for v, f in zip(chunk, extra)], "update_norm")
     elif what == "norm":  # extra: a normprobe.NormLayout
         _place_norm(rec, key, chunk, extra)
+    elif what == "loss_call":  # key: the loss name; extra: a lossprobe.LossLayout
+        _place_loss_call(rec, key, chunk, extra)
     elif what == "checksum":  # per parameter, kept apart: the module changed if any of its parameters did
         for owner, v in zip(key, chunk):
             gs = rec.grads.get(owner)
@@ -257,3 +259,20 @@ def _place_norm(rec: StepRecord, key: tuple[str, str], chunk: list[float], lay: 
         ns.running_finite, ns.running_initial, ns.shift, ns.log_scale = (next(rest) for _ in range(4))
     if lay.gain:
         ns.gain_rms = next(rest)
+
+
+def _place_loss_call(rec: StepRecord, key: str, chunk: list[float], lay: Any) -> None:
+    rec.loss_calls[key] = LossCallStats(
+        lay.name,
+        lay.module,
+        lay.input_shape,
+        lay.target_shape,
+        lay.broadcast_shape,
+        lay.reduction,
+        lay.dtype,
+        lay.classes,
+        lay.terms,
+        chunk[0],
+        chunk[1],
+        chunk[2] if lay.row_sums else None,
+    )
