@@ -1,0 +1,331 @@
+"""What every failure family shares, and the family protocol.
+
+Observe side: a `Machine` per site (a module's gradient, a module's output, the model input, the loss, a
+module's weights), fed by the family's `Observer` from each StepRecord through the `Board` (the Monitor's
+shared bookkeeping). Each family has small pure classifiers, functions from statistics to a state; the
+machine emits an event when a new state has held for `debounce` observations. The event carries the step
+where the state *began*, so the reasoner sees onsets, not confirmations. Non-finite values skip the debounce.
+
+Reason side: a rule takes the `Context` only (keyword `ctx`), reads the events it needs and says what to
+change; the helpers below build its Hypothesis. Pure: no torch, no I/O module (trace reads the events).
+
+A family is one module of this package exposing `FAMILY = Family(name, observer, rules)`; the package's
+`FAMILIES` lists them (see docs/adding-a-kind.md)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter
+from typing import Any, Protocol, TypeGuard
+
+from neuraldbg_cli.config import Thresholds
+from neuraldbg_cli.events import (
+    ActState,
+    DataState,
+    GradState,
+    Hypothesis,
+    Kind,
+    LossState,
+    ModelInfo,
+    Origin,
+    SemanticEvent,
+    StepRecord,
+    UpdateState,
+)
+
+HEALTHY = {
+    GradState.healthy.value,
+    ActState.normal.value,
+    LossState.normal.value,
+    DataState.normal.value,
+    UpdateState.updating.value,
+}
+NON_FINITE = "non_finite"
+
+
+def _finite(v: float | None) -> TypeGuard[float]:
+    return v is not None and math.isfinite(v)
+
+
+# ---------------------------------------------------------------- debounced state machine
+
+
+@dataclass
+class Machine:
+    """State of one site. `observe` returns an event payload when a new state is confirmed: held for `need`
+    observations, or for `early` when something worse takes over or the run ends."""
+
+    state: str
+    need: int
+    early: int
+    cand: str | None = None
+    cand_step: int = 0
+    cand_metrics: dict[str, Any] = field(default_factory=dict)
+    count: int = 0
+
+    def observe(self, state: str, step: int, metrics: dict[str, Any]) -> list[tuple[str, str, int, dict]]:
+        if state == self.state:
+            self.cand, self.count = None, 0
+            return []
+        if state == NON_FINITE and self.cand not in (None, NON_FINITE):
+            # what was building up (e.g. exploding) is the story of this NaN: confirm it first
+            early = (self.state, self.cand, self.cand_step, self.cand_metrics)
+            self.state, self.cand = self.cand, None
+            return [early, *self.observe(state, step, metrics)]
+        if state != self.cand:
+            if self.cand is not None and self.count >= min(self.early, self.need) and state not in HEALTHY:
+                # held twice, then something worse took over (exploding -> dead): it happened, say so
+                early = (self.state, self.cand, self.cand_step, self.cand_metrics)
+                self.state, self.cand, self.count = self.cand, None, 0
+                return [early, *self.observe(state, step, metrics)]
+            self.cand, self.cand_step, self.cand_metrics, self.count = state, step, metrics, 0
+        self.count += 1
+        if self.count >= (1 if state == NON_FINITE else self.need):
+            old, self.state, self.cand, self.count = self.state, state, None, 0
+            return [(old, state, self.cand_step, self.cand_metrics)]
+        return []
+
+    def pending(self) -> tuple[str, str, int, dict] | None:
+        """A candidate seen at least twice but cut short by the end of the run."""
+        if self.cand is not None and self.count >= min(self.early, self.need):
+            return self.state, self.cand, self.cand_step, self.cand_metrics
+        return None
+
+
+def _rounded(d: dict[str, Any]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for k, v in d.items():
+        if v is None:
+            out[k] = None
+        elif isinstance(v, float) and math.isfinite(v):
+            out[k] = float(f"{v:.6g}")
+        elif isinstance(v, float):
+            out[k] = None if math.isnan(v) else (1e308 if v > 0 else -1e308)
+        else:
+            out[k] = float(v)
+    return out
+
+
+# ---------------------------------------------------------------- the family protocol
+
+
+class Board(Protocol):
+    """What an observer reads and feeds: the Monitor's shared bookkeeping."""
+
+    th: Thresholds
+    models: dict[str, ModelInfo]  # root name -> its model, replaced when the models are described again
+    machines: dict[tuple, Machine]  # site key -> its machine; a key's first element names its family
+    since: dict[tuple, int]  # site key -> the step its last transition was dated at
+    grad_since: dict[tuple, float]  # (root, module) -> largest gradient RMS since the last sampled step
+    #                                 (written by the gradients family, read and reset by the weights family)
+
+    def feed(
+        self,
+        key: tuple,
+        initial: str,
+        state: str,
+        step: int,
+        metrics: dict,
+        etype: str,
+        site: str,
+        root: str | None,
+        module: str | None,
+    ) -> None:
+        """One observation of the site `key` (its machine made in state `initial` on first use); what it
+        confirms is emitted as events of type `etype` at `site`, `root`, `module` (non-finite: `non_finite`)."""
+        ...
+
+    def reset(self, key: tuple, state: str) -> None:
+        """The site's machine goes back to `state`, with nothing pending and no transition dated (a site that
+        starts afresh, e.g. the loss of a model that takes over from another)."""
+        ...
+
+
+class Observer:
+    """Feeds one family's machines from each StepRecord. The Monitor calls `observe` for every step, in the
+    order of FAMILIES; `floor` and `summary` are for families whose events can be dated back (the loss) or
+    that add to the run summary."""
+
+    def __init__(self, board: Board) -> None:
+        self.board = board
+        self.th = board.th
+
+    def observe(self, rec: StepRecord) -> None:
+        raise NotImplementedError
+
+    def floor(self, now: int) -> int:
+        """The earliest step a later event of this family could still be dated at (held events before it
+        are released)."""
+        return now
+
+    def summary(self) -> dict[str, Any]:
+        """Metrics this family adds to the run summary at the end, in order."""
+        return {}
+
+
+Event = SemanticEvent  # what a rule reads: one line of events.jsonl
+Rule = Callable[["Context"], Hypothesis | None]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One failure family: how its sites are observed (None: it judges other families' events) and its rules,
+    one per Kind, each named after its Kind."""
+
+    name: str
+    observer: type[Observer] | None = None
+    rules: tuple[Rule, ...] = ()
+
+
+# ---------------------------------------------------------------- what a rule reads
+
+
+@dataclass
+class Context:
+    """What a rule reads: one run's events (indexed once) and its model.json."""
+
+    events: list[Event]  # fixed once the Context is made: it is indexed then
+    models: list[dict[str, Any]] = field(default_factory=list)  # model.json "models"
+    optimizers: list[dict[str, Any]] = field(default_factory=list)
+    every: int = 10
+    loss_window: int = 10
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    _order: dict[tuple, int] = field(default_factory=dict)
+    _positions: dict[tuple[str, str], list[int]] = field(default_factory=dict, init=False)  # (type, to) -> indexes
+    _last: dict[tuple, str] = field(default_factory=dict, init=False)  # (type, root, module, site) -> last `to`
+
+    def __post_init__(self) -> None:
+        for m in self.models:
+            for i, name in enumerate(m.get("order") or []):
+                self._order[(m.get("name"), name)] = i
+        # indexed once, so that rules do not each scan every event (a trace holds up to trace.MAX_EVENTS)
+        positions: defaultdict[tuple[str, str], list[int]] = defaultdict(list)
+        for i, key in enumerate(map(attrgetter("type", "to"), self.events)):
+            positions[key].append(i)
+        self._positions = dict(positions)
+        self._last = dict(
+            zip(map(attrgetter("type", "root", "module", "site"), self.events), map(attrgetter("to"), self.events))
+        )
+
+    def select(self, types: Iterable[str] = (), to: Iterable[str] = (), sites: Iterable[str] = ()) -> list[Event]:
+        """The events of these types, into these states, at these sites (empty: any), in trace order."""
+        types, to, sites = set(types), set(to), set(sites)
+        found = [pos for (t, s), pos in self._positions.items() if (not types or t in types) and (not to or s in to)]
+        picked = found[0] if len(found) == 1 else sorted(chain.from_iterable(found))
+        return [e for e in map(self.events.__getitem__, picked) if not sites or e.site in sites]
+
+    def last_to(self, key: tuple) -> str | None:
+        """The state of the last transition at (type, root, module, site), None if there was none."""
+        return self._last.get(key)
+
+    def order(self, ev: Event) -> int:
+        """Position of the event's module in the forward pass (unknown modules sort last)."""
+        return self._order.get((ev.root, ev.module), 10**6)
+
+    def position(self, root: str | None, module: str | None) -> int:
+        return self._order.get((root, module), 10**6)
+
+    def module_types(self) -> dict[str, str]:
+        return {name: info.get("type", "") for m in self.models for name, info in (m.get("modules") or {}).items()}
+
+    def groups(self) -> list[tuple[str, dict[str, Any]]]:
+        """(optimizer type, param group) for every group of every optimizer seen."""
+        return [
+            (str(opt.get("type") or "optimizer"), g)
+            for opt in self.optimizers
+            for g in opt.get("groups") or []
+            if isinstance(g, dict)
+        ]
+
+    def lr_hint(self) -> tuple[str, float] | None:
+        """The first group's (optimizer type, lr) as recorded."""
+        return next(((opt, float(g["lr"])) for opt, g in self.groups() if _number(g.get("lr"))), None)
+
+    def peak_lr(self) -> tuple[str, float] | None:
+        """The largest learning rate of any group (its schedule's initial_lr where that is larger: a warm-up
+        recorded at lr 0 still runs at its peak later): the one that makes a run diverge."""
+        best: tuple[str, float] | None = None
+        for opt, g in self.groups():
+            lrs = [float(g[k]) for k in ("lr", "initial_lr") if _number(g.get(k))]
+            if lrs and (best is None or abs(max(lrs, key=abs)) > abs(best[1])):
+                best = (opt, max(lrs, key=abs))
+        return best
+
+
+def _number(value: object) -> bool:
+    return (
+        isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) < float("inf")
+    )
+
+
+# ---------------------------------------------------------------- helpers shared by rules
+
+
+def _first_by_module(events: list[Event]) -> dict[tuple, Event]:
+    first: dict[tuple, Event] = {}
+    for e in events:
+        k = (e.root, e.module)
+        if k not in first or e.step < first[k].step:
+            first[k] = e
+    return first
+
+
+def _still(ctx: Context, events: list[Event], state: str) -> float:
+    """Fraction of the affected sites whose last transition is still into `state` (did not recover)."""
+    keys = {(e.type, e.root, e.module, e.site) for e in events}
+    if not keys:
+        return 0.0
+    return sum(1 for k in keys if ctx.last_to(k) == state) / len(keys)
+
+
+def _origin_of(ctx: Context, events: list[Event], output_side: bool = False) -> Event:
+    """Earliest onset; among modules starting in the same observation the input side (or output side)."""
+    onset = min(e.step for e in events)
+    same = [e for e in events if e.step <= onset]
+    return (max if output_side else min)(same, key=ctx.order)
+
+
+def _evidence(events: list[Event], limit: int = 6) -> list[dict[str, Any]]:
+    out = []
+    for e in sorted(events, key=lambda e: e.step)[:limit]:
+        d = {"type": e.type, "step": e.step, "module": e.module, "from": e.from_, "to": e.to, "site": e.site}
+        d.update({k: v for k, v in e.metrics.items() if v is not None})
+        out.append(d)
+    return out
+
+
+def _spread_confidence(base: float, n: int, persistent: float) -> float:
+    return min(0.95, (base + 0.08 * min(n, 3)) * (0.6 + 0.4 * persistent))
+
+
+def _hyp(
+    kind: Kind,
+    confidence: float,
+    origin: Event | None,
+    step: int | None,
+    summary: str,
+    events: list[Event],
+    suggestions: list[str],
+    propagation: list[str] | None = None,
+) -> Hypothesis:
+    return Hypothesis(
+        kind=kind,
+        confidence=round(confidence, 3),
+        origin=Origin(module=origin.module if origin else None, step=step, root=origin.root if origin else None),
+        summary=summary,
+        evidence=_evidence(events),
+        propagation=propagation or [],
+        suggestions=suggestions,
+    )
+
+
+def _model_has(ctx: Context, test: Callable[[str], bool]) -> bool:
+    return any(test(t) for t in ctx.module_types().values())
+
+
+def _names(events: list[Event]) -> list[str]:
+    return sorted({e.module for e in events if e.module})
