@@ -256,6 +256,22 @@ class Thresholds(BaseModel):
         "weights must stay identical); the all-reduced gradient is the same tensor on "
         "every rank, while two data shards' own gradients differ by percents",
     )
+    loss_row_tol: float = Field(
+        1e-3,
+        description="a loss input whose rows (over the class dim) all sum to 1 within this, with every value in "
+        "[0, 1], holds probabilities: fp32 softmax rows sum to 1 within ~1e-6, logits never do; x16 for "
+        "half-precision inputs (bf16 rounds each value by up to 2^-9, a row sum by up to ~2e-3)",
+    )
+    loss_logprob_tol: float = Field(
+        1e-3,
+        description="a loss that takes log-probabilities (nll_loss, kl_div) fed a value above this holds raw "
+        "scores: log_softmax is <= 0 exactly, log(p + 1e-8) at most ~1e-8 above it, logits ~1 and more",
+    )
+    loss_sum_terms: int = Field(
+        64,
+        description="a reduction='sum' over at least this many terms scales every gradient by that factor "
+        "against the mean a learning rate is usually tuned for (only reported with an unstable loss)",
+    )
 
 
 KNOWN_KINDS = {k.value for k in Kind}

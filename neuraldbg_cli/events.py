@@ -31,6 +31,7 @@ class Kind(str, Enum):
     loss_plateau = "loss_plateau"
     loss_divergence = "loss_divergence"
     unstable_loss = "unstable_loss"
+    loss_misuse = "loss_misuse"  # the loss is called wrongly (broadcasting target, softmax before cross_entropy...)
     rank_divergence = "rank_divergence"  # distributed: replicas that should be identical differ
     rank_desync = "rank_desync"  # distributed: ranks disagree on how far they trained
 

@@ -12,10 +12,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import CROSS_RANK_KINDS, EventType, Hypothesis, Kind, Origin, SemanticEvent
+from neuraldbg_cli.families.lossfn import loss_misuse
 from neuraldbg_cli.vocab import (
     RNN_TYPES,
     SATURATING_TYPES,
@@ -605,6 +606,7 @@ RULES: tuple[Rule, ...] = (
     loss_plateau,
     loss_divergence,
     unstable_loss,
+    cast("Rule", loss_misuse),  # written for families.base.Context, which this Context is until the merge
 )
 
 
@@ -741,6 +743,17 @@ class Causes:
 
 
 CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the first cause that holds
+    # a loss called wrongly stalls it (broadcast target, softmax twice), sends it down without bound (raw
+    # scores into nll_loss) or scales its gradients (a summed reduction): present from the first call
+    Kind.loss_misuse: Causes(
+        (
+            Kind.loss_plateau,
+            Kind.unstable_loss,
+            Kind.loss_divergence,
+            Kind.vanishing_gradient,
+            Kind.saturated_activation,
+        )
+    ),
     Kind.data_anomaly: Causes(
         (
             Kind.non_finite,

@@ -101,3 +101,32 @@ def test_loss_inside_a_model_or_under_no_grad_is_not_read():
         F.nll_loss(torch.zeros(2, 3), torch.zeros(2, dtype=torch.long))  # the same step: no grad needed
         loss.backward()
     assert list(rec.records[0].loss_calls) == ["cross_entropy", "nll_loss"]
+
+
+BIN = torch.randint(0, 2, (16, 1)).float()
+
+
+@pytest.mark.parametrize(
+    "loss_fn, head, y, name, state",
+    [
+        (fn("mse_loss"), lambda p: p, torch.randn(16), "mse_loss", "broadcast"),
+        (nn.MSELoss(), lambda p: p, torch.randn(16), "mse_loss", "broadcast"),
+        (fn("mse_loss"), lambda p: p, torch.randn(16, 1), "mse_loss", "normal"),
+        (fn("cross_entropy"), lambda p: p.softmax(1), LABELS, "cross_entropy", "probabilities_to_ce"),
+        (nn.CrossEntropyLoss(), lambda p: p.softmax(1), LABELS, "cross_entropy", "probabilities_to_ce"),
+        (nn.CrossEntropyLoss(), lambda p: p, LABELS, "cross_entropy", "normal"),
+        (fn("cross_entropy"), lambda p: p, LABELS, "cross_entropy", "normal"),
+        (nn.BCEWithLogitsLoss(), torch.sigmoid, BIN, "binary_cross_entropy_with_logits", "probabilities_to_logits_loss"),
+        (fn("binary_cross_entropy_with_logits"), lambda p: p, BIN, "binary_cross_entropy_with_logits", "normal"),
+        (fn("nll_loss"), lambda p: p, LABELS, "nll_loss", "logits_to_nll"),
+        (nn.NLLLoss(), lambda p: p.softmax(1), LABELS, "nll_loss", "probabilities_to_nll"),
+        (fn("nll_loss"), lambda p: p.log_softmax(1), LABELS, "nll_loss", "normal"),
+        (nn.NLLLoss(), nn.LogSoftmax(1), LABELS, "nll_loss", "normal"),
+    ],
+)
+def test_real_calls_classify(loss_fn, head, y, name, state):
+    from neuraldbg_cli.config import Thresholds
+    from neuraldbg_cli.families.lossfn import classify_loss_call
+
+    calls = _calls(loss_fn, head, X, y, steps=3)
+    assert [classify_loss_call(c[name], Thresholds()) for c in calls] == [state] * 3
