@@ -256,6 +256,43 @@ class Thresholds(BaseModel):
         "weights must stay identical); the all-reduced gradient is the same tensor on "
         "every rank, while two data shards' own gradients differ by percents",
     )
+    norm_eval_shift: float = Field(
+        2.0,
+        description="a BatchNorm in eval mode while its model trains is a fault when the batch's channel means sit "
+        "this many running standard deviations from the running means (median over channels): pretrained "
+        "statistics frozen on purpose (a detection fine-tune's norm_eval) stay well within 1",
+    )
+    norm_eval_log_scale: float = Field(
+        2.3,
+        description="... or when the batch's channel variances differ from the running ones by this much in log "
+        "(median |ln(var_batch / var_running)|; 2.3 = a factor of 10)",
+    )
+    norm_min_values: int = Field(
+        8,
+        description="a BatchNorm in training mode whose batch statistics rest on fewer values per channel than this "
+        "normalises with noise (BatchNorm1d at batch 2, a small per-rank batch under DDP)",
+    )
+    norm_momentum_max: float = Field(
+        0.5,
+        description="a BatchNorm momentum at or above this is another framework's convention (Keras' 0.9/0.99 is the "
+        "old average's weight; PyTorch's momentum is the new batch's, default 0.1)",
+    )
+    loss_row_tol: float = Field(
+        1e-3,
+        description="a loss input whose rows (over the class dim) all sum to 1 within this, with every value in "
+        "[0, 1], holds probabilities: fp32 softmax rows sum to 1 within ~1e-6, logits never do; x16 for "
+        "half-precision inputs (bf16 rounds each value by up to 2^-9, a row sum by up to ~2e-3)",
+    )
+    loss_logprob_tol: float = Field(
+        1e-3,
+        description="a loss that takes log-probabilities (nll_loss, kl_div) fed a value above this holds raw "
+        "scores: log_softmax is <= 0 exactly, log(p + 1e-8) at most ~1e-8 above it, logits ~1 and more",
+    )
+    loss_sum_terms: int = Field(
+        64,
+        description="a reduction='sum' over at least this many terms scales every gradient by that factor "
+        "against the mean a learning rate is usually tuned for (only reported with an unstable loss)",
+    )
 
 
 KNOWN_KINDS = {k.value for k in Kind}

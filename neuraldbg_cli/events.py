@@ -31,6 +31,10 @@ class Kind(str, Enum):
     loss_plateau = "loss_plateau"
     loss_divergence = "loss_divergence"
     unstable_loss = "unstable_loss"
+    normalization_fault = (
+        "normalization_fault"  # a normalisation layer misbehaves (BatchNorm in eval while training...)
+    )
+    loss_misuse = "loss_misuse"  # the loss is called wrongly (broadcasting target, softmax before cross_entropy...)
     rank_divergence = "rank_divergence"  # distributed: replicas that should be identical differ
     rank_desync = "rank_desync"  # distributed: ranks disagree on how far they trained
 
@@ -76,6 +80,28 @@ class UpdateState(str, Enum):
     collapsing = "collapsing"  # weight norms shrink toward 0 (e.g. a huge weight_decay)
 
 
+class NormState(str, Enum):
+    """A normalisation layer (families/normalization.py)."""
+
+    normal = "normal"
+    eval_mode = "eval_mode"  # a BatchNorm in eval mode while its model trains, with stale running statistics
+    poisoned = "poisoned"  # its running statistics are NaN/Inf
+    few_values = "few_values"  # too few values per channel for batch statistics
+    momentum = "momentum"  # momentum >= 0.5: another framework's convention (PyTorch's is the new batch's weight)
+
+
+class LossCallState(str, Enum):
+    """How a loss is called (families/lossfn.py): what its input and target are against what it expects."""
+
+    normal = "normal"
+    broadcast = "broadcast"  # an elementwise loss's target broadcasts against the input to another shape
+    probabilities_to_ce = "probabilities_to_ce"  # cross_entropy fed probabilities (softmax before it)
+    probabilities_to_logits_loss = "probabilities_to_logits_loss"  # a with-logits loss fed values in [0, 1]
+    logits_to_nll = "logits_to_nll"  # a log-probability loss (nll_loss, kl_div) fed values above 0
+    probabilities_to_nll = "probabilities_to_nll"  # a log-probability loss fed probabilities (softmax, not log)
+    sum_reduction = "sum_reduction"  # reduction="sum" over many terms: gradients scale with the batch
+
+
 class EventType(str, Enum):
     gradient_health_transition = "gradient_health_transition"
     activation_regime_shift = "activation_regime_shift"
@@ -84,10 +110,12 @@ class EventType(str, Enum):
     non_finite = "non_finite"
     parameter_update = "parameter_update"
     run_summary = "run_summary"
+    loss_call_health = "loss_call_health"
+    normalization_health = "normalization_health"
 
 
 # Every value neuraldbg writes in the `site` field and in run_summary's `from`/`to` (others are read too)
-SITES = ("output", "activation", "gradient", "weights", "input", "target", "loss", "run")
+SITES = ("output", "activation", "gradient", "weights", "input", "target", "loss", "run", "loss_call", "norm")
 RUN_STATES = ("running", "finished")
 
 
@@ -149,6 +177,48 @@ class GradStats:
     update_norm: float | None = None  # L2 of the change one optimizer step made, sampled steps only
 
 
+@dataclass(slots=True)
+class NormStats:
+    """A normalisation layer on a sampled step (normprobe.py). training: it ran in training mode at some call of
+    the step; per_channel: values behind each channel's batch statistics (0: no running statistics read);
+    running_finite / running_initial: 1.0 or 0.0 (None: not read); shift / log_scale: the batch's statistics
+    against the running ones (see normprobe.values); gain_rms: the RMS of its weight (None: no gain)."""
+
+    type: str
+    training: bool
+    trainable: bool
+    momentum: float | None
+    per_channel: int
+    running_finite: float | None = None
+    running_initial: float | None = None
+    shift: float | None = None
+    log_scale: float | None = None
+    gain_rms: float | None = None
+
+
+@dataclass(slots=True)
+class LossCallStats:
+    """The first call of one loss on a sampled step (lossprobe.py). name: the functional loss (a loss module's
+    too, see lossprobe.MODULE_LOSSES), module: the loss module's class (None: called as a function); shapes as
+    called; broadcast_shape: what input and target broadcast to when that is not the input's shape (the
+    target broadcasting bug), else None; classes: size of the class dim (cross_entropy, nll_loss, kl_div);
+    terms: values the reduction adds up; min/max: of the input (an evenly spread sample); row_sum_dev: max over
+    a few leading rows of |sum over classes - 1| (None: no class dim)."""
+
+    name: str
+    module: str | None
+    input_shape: tuple[int, ...]
+    target_shape: tuple[int, ...] | None
+    broadcast_shape: tuple[int, ...] | None
+    reduction: str
+    dtype: str
+    classes: int | None
+    terms: int
+    min: float = float("nan")
+    max: float = float("nan")
+    row_sum_dev: float | None = None
+
+
 @dataclass
 class StepRecord:
     """Everything observed for one training step. On unsampled steps `acts`/`inputs` hold only a
@@ -160,6 +230,8 @@ class StepRecord:
     losses: dict[str, float] = field(default_factory=dict)  # series (the trained root model) -> its loss this step
     acts: dict[tuple[str, str, str], Any] = field(default_factory=dict)  # (root, module, site) -> stats
     grads: dict[tuple[str, str], GradStats] = field(default_factory=dict)  # (root, module) -> stats
+    norms: dict[tuple[str, str], NormStats] = field(default_factory=dict)  # (root, module) -> sampled steps only
+    loss_calls: dict[str, LossCallStats] = field(default_factory=dict)  # loss name -> its first call, sampled steps
     time: float | None = None  # when the step closed (perf_counter seconds): per-rank step times
     active: set[str] | None = None  # roots whose forward ran this step (None: unknown, judge all)
 

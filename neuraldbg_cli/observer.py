@@ -21,6 +21,7 @@ import torch
 from torch.nn.modules import module as _module
 from torch.nn.modules.loss import _Loss
 
+from neuraldbg_cli import lossprobe, normprobe
 from neuraldbg_cli import tensorstats as ts
 from neuraldbg_cli.guard import Guard, compiling
 from neuraldbg_cli.provenance import Outputs, Sites, first_tensor, from_outside, loss_target
@@ -125,14 +126,19 @@ class ForwardObserver:
             st.depth = st.base = 0
             st.root = st.layer = st.out = None
 
-    def loss_call(self, args: tuple, kwargs: dict) -> None:
-        """A torch.nn.functional loss called by the script. Inside a module (a loss module's own forward,
-        a model computing its loss) it is not: a loss module's target was observed at its call."""
+    def loss_call(self, name: str, args: tuple, kwargs: dict) -> None:
+        """The torch.nn.functional loss `name` called by the script. Inside a module (a loss module's own
+        forward, a model computing its loss) it is not: a loss module was observed at its call."""
         if compiling() or not self.losses_on or "forward" in self._off or self._thread().depth:
             return  # (torch.compile first: traced, it reads no attribute of ours, so it guards on none)
         try:
             if self._training():
-                self._observe_target(loss_target(args, kwargs))
+                target = loss_target(args, kwargs)
+                if name not in lossprobe.EXTRA_LOSSES:  # a float target: data (a class loss's soft labels are not)
+                    self._observe_target(target)
+                if self._steps.buf.sampled:
+                    reduction = kwargs.get("reduction", "mean") if kwargs else "mean"
+                    self._observe_loss(name, None, lossprobe.loss_input(args, kwargs), target, reduction)
         except Exception as e:  # noqa: BLE001
             self._guard.fault("forward", e)
 
@@ -150,7 +156,13 @@ class ForwardObserver:
         if not self._training():
             return
         if isinstance(module, _Loss) and not self._finder.is_root_part(module):
-            self._observe_target(loss_target(args, {}))
+            target = loss_target(args, {})
+            self._observe_target(target)
+            if self._steps.buf.sampled:
+                name = lossprobe.module_loss(module)
+                if name is not None:
+                    x = lossprobe.loss_input(args, {})
+                    self._observe_loss(name, module, x, target, str(getattr(module, "reduction", "mean")))
             return
         found = self._finder.find(module)
         if found is None:
@@ -226,11 +238,39 @@ class ForwardObserver:
             # else: finite-preserving and fed the output just checked, so no NaN can start here. Also a
             # normalisation layer: its weights turn NaN through a gradient (checked every step) or a broken
             # optimizer update, which then shows at the next layer's check
+        if flags & CHEAP_ONLY and buf.sampled:
+            self._observe_norm(root, name, module, args)
         st.layer = name if kind == PARAMS or not act else layer  # activations keep the layer's name
         st.out = t
         if name not in root._ordered:  # the order layers first ran in, for the trace
             root._ordered.add(name)
             root.order.append(name)
+
+    def _observe_norm(self, root: Root, name: str, module: torch.nn.Module, args: tuple) -> None:
+        """A normalisation layer on a sampled step: its statistics at the first call, its mode at every call
+        (a grad-enabled evaluation pass in eval mode must not hide that the training forwards ran in train mode)."""
+        buf, key = self._steps.buf, (root.name, name)
+        if module.training:
+            buf.norm_train.add(key)
+        nkey = ("norm", *key)
+        if nkey in buf.seen:
+            return
+        buf.seen.add(nkey)
+        found = normprobe.values(module, first_float(args))
+        if found is not None:
+            buf.extend("norm", key, *found)
+
+    def _observe_loss(
+        self, name: str, module: torch.nn.Module | None, x: torch.Tensor | None, t: torch.Tensor | None, red: str
+    ) -> None:
+        """A loss call on a sampled step: its first call of the step (per loss name) is read (lossprobe)."""
+        buf, key = self._steps.buf, ("loss_call", name)
+        if x is None or key in buf.seen:
+            return
+        buf.seen.add(key)
+        found = lossprobe.values(name, x, t, red, type(module).__name__ if module is not None else None)
+        if found is not None:
+            buf.extend("loss_call", name, *found)
 
     def _observe_container(self, st: _Thread, root: Root, name: str, output: Any) -> None:
         t = first_float(output)

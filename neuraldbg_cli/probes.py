@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
@@ -33,6 +34,7 @@ from neuraldbg_cli.events import ModelInfo, StepRecord
 from neuraldbg_cli.gradreader import GradReader
 from neuraldbg_cli.guard import Guard
 from neuraldbg_cli.hookset import HookSet
+from neuraldbg_cli.lossprobe import EXTRA_LOSSES
 from neuraldbg_cli.observer import ForwardObserver
 from neuraldbg_cli.optimizers import OptimizerWatch
 from neuraldbg_cli.pacer import StepPacer
@@ -96,9 +98,9 @@ class Probe:
             h.patch(_module, "_has_any_global_hook", fwd.foreign_hooks)
         fwd.losses_on = True  # off at removal: `from torch.nn.functional import mse_loss` kept our wrapper
         h.add(SimpleNamespace(remove=lambda: setattr(fwd, "losses_on", False)))
-        for name in FLOAT_TARGET_LOSSES:
+        for name in (*FLOAT_TARGET_LOSSES, *EXTRA_LOSSES):
             if name in F.__dict__:
-                h.patch(F, name, wrap_loss(F.__dict__[name], fwd.loss_call))
+                h.patch(F, name, wrap_loss(F.__dict__[name], partial(fwd.loss_call, name)))
         return h
 
     def close(self) -> None:

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import torch
 
 from neuraldbg_cli import tensorstats as ts
-from neuraldbg_cli.events import ActStats, GradStats, StepRecord
+from neuraldbg_cli.events import ActStats, GradStats, LossCallStats, NormStats, StepRecord
 from neuraldbg_cli.guard import Guard
 
 # Checks one step holds before repeated keys are folded (StepBuffer.check): a few per module and forward, so
@@ -29,7 +29,7 @@ MAX_CHECKS = 8192
 class Slot(NamedTuple):
     """Where some of a buffer's parts go on the host (see `_place`)."""
 
-    what: str  # "loss", "full", "grad", "weight", "update" or "checksum"
+    what: str  # "loss", "full", "grad", "weight", "update", "checksum", "norm" or "loss_call"
     key: Any  # the series, the site (root, module, site), or the parameters' owners
     length: int  # values in the parts
     extra: Any  # what `_place` needs besides the values (a Layout, norm factors) or None
@@ -53,6 +53,7 @@ class StepBuffer:
         "time",
         "scaled",
         "active",
+        "norm_train",
         "_check_at",
     )
 
@@ -71,6 +72,7 @@ class StepBuffer:
         self.active: set[str] = set()  # roots whose forward ran in this step
         self.time: float | None = None  # perf_counter() when the step closed
         self.scaled = False  # a GradScaler-scaled backward happened in this step
+        self.norm_train: set[tuple] = set()  # norm layers (root, module) that ran in training mode this step
 
     def check(self, key: tuple, t: torch.Tensor) -> None:
         """A cheap non-finite check. Past MAX_CHECKS (forwards without a step closing: grad-enabled evaluation,
@@ -193,6 +195,10 @@ def to_records(pending: list[StepBuffer], grads_observed: bool) -> list[StepReco
             chunk = values[i : i + length]
             i += length
             _place(rec, what, key, chunk, extra)
+        for key in buf.norm_train:
+            ns = rec.norms.get(key)
+            if ns is not None:
+                ns.training = True
         if rec.losses:  # the pacing optimizer's series, else the first stepped
             rec.loss = rec.losses.get(buf.main, next(iter(rec.losses.values())))  # type: ignore[arg-type]
         checks = values[i : i + len(buf.checks)]
@@ -221,6 +227,10 @@ def _place(rec: StepRecord, what: str, key: Any, chunk: list[float], extra: Any)
         _accumulate(rec, key, chunk if extra is None else [v * f for v, f in zip(chunk, extra)], "weight_norm")
     elif what == "update":  # extra as for "grad"
         _accumulate(rec, key, chunk if extra is None else [v * f for v, f in zip(chunk, extra)], "update_norm")
+    elif what == "norm":  # extra: a normprobe.NormLayout
+        _place_norm(rec, key, chunk, extra)
+    elif what == "loss_call":  # key: the loss name; extra: a lossprobe.LossLayout
+        _place_loss_call(rec, key, chunk, extra)
     elif what == "checksum":  # per parameter, kept apart: the module changed if any of its parameters did
         for owner, v in zip(key, chunk):
             gs = rec.grads.get(owner)
@@ -240,3 +250,29 @@ def _accumulate(rec: StepRecord, owners: tuple, norms: list[float], attr: str) -
             gs = rec.grads[owner] = GradStats(norm=None, numel=0)
         prev = getattr(gs, attr)
         setattr(gs, attr, s**0.5 if prev is None else (prev * prev + s) ** 0.5)
+
+
+def _place_norm(rec: StepRecord, key: tuple[str, str], chunk: list[float], lay: Any) -> None:
+    ns = rec.norms[key] = NormStats(lay.type, lay.training, lay.trainable, lay.momentum, lay.per_channel)
+    rest = iter(chunk)
+    if lay.running:
+        ns.running_finite, ns.running_initial, ns.shift, ns.log_scale = (next(rest) for _ in range(4))
+    if lay.gain:
+        ns.gain_rms = next(rest)
+
+
+def _place_loss_call(rec: StepRecord, key: str, chunk: list[float], lay: Any) -> None:
+    rec.loss_calls[key] = LossCallStats(
+        lay.name,
+        lay.module,
+        lay.input_shape,
+        lay.target_shape,
+        lay.broadcast_shape,
+        lay.reduction,
+        lay.dtype,
+        lay.classes,
+        lay.terms,
+        chunk[0],
+        chunk[1],
+        chunk[2] if lay.row_sums else None,
+    )

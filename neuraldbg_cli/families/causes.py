@@ -18,6 +18,16 @@ class Causes:
 
 
 CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the first cause that holds
+    # the loss called wrongly: the model cannot learn what the loss asks (or is pushed without bound)
+    Kind.loss_misuse: Causes(
+        (
+            Kind.loss_plateau,
+            Kind.unstable_loss,
+            Kind.loss_divergence,
+            Kind.vanishing_gradient,
+            Kind.saturated_activation,
+        )
+    ),
     Kind.data_anomaly: Causes(
         (
             Kind.non_finite,
@@ -28,6 +38,21 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
             Kind.dead_activation,
             Kind.loss_plateau,
             Kind.vanishing_gradient,
+            Kind.normalization_fault,  # a non-finite batch poisons BatchNorm's running statistics
+        )
+    ),
+    # frozen or poisoned normalisation: the layers after it see badly scaled values, the loss stalls or swings
+    Kind.normalization_fault: Causes(
+        (
+            Kind.non_finite,
+            Kind.loss_divergence,
+            Kind.unstable_loss,
+            Kind.exploding_gradient,
+            Kind.dead_activation,
+            Kind.saturated_activation,
+            Kind.no_gradient,
+            Kind.vanishing_gradient,
+            Kind.loss_plateau,
         )
     ),
     Kind.exploding_gradient: Causes(

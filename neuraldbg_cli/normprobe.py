@@ -1,0 +1,65 @@
+"""Normalisation layers on sampled steps: what a BatchNorm's running statistics say against the batch it sees.
+
+A BatchNorm's harm is silent: in eval mode while its model trains it normalises with frozen (often never
+updated) running statistics; a NaN/Inf batch poisons `running_var` for every eval-mode forward afterwards
+while the training loss looks fine; a batch with a handful of values per channel makes its statistics noise.
+What that takes is read here, on the layer's device, as 0-d tensors that travel home with the step's other
+statistics (records.py): per channel, the batch mean and variance of the layer's input against the running
+ones, whether the running statistics are finite and whether they are still exactly at their initial values
+(0 and 1: the layer never ran in training mode); for every norm with a gain, the gain's RMS. The host-side
+facts (mode, momentum, values per channel) come from the module itself and cost nothing."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch.nn.modules.batchnorm import _BatchNorm
+
+
+class NormLayout(NamedTuple):
+    """What one norm entry's values are (host side), and the facts read off the module."""
+
+    type: str
+    training: bool  # the module's mode at the (first) observed call of the step
+    trainable: bool  # it has parameters that require a gradient
+    momentum: float | None  # BatchNorm's momentum (None: cumulative average, or not a BatchNorm)
+    per_channel: int  # values behind each channel's batch statistics (0: not a BatchNorm with running stats)
+    running: bool  # the values include the running-statistics part (see `values`)
+    gain: bool  # the values end with the gain's RMS
+
+
+def values(module: torch.nn.Module, x: torch.Tensor | None) -> tuple[list[torch.Tensor], NormLayout] | None:
+    """0-d device tensors for one norm layer, and their layout; None when there is nothing to read. The running
+    part is [finite, initial, shift, log_scale]: shift = median over channels of |mu_batch - mu_running| /
+    sigma_running, log_scale = median of |ln(var_batch / var_running)| (both 0 for statistics that describe the
+    batch; a frozen layer fed other data drifts from 0)."""
+    weight = getattr(module, "weight", None)
+    gain = isinstance(weight, torch.Tensor) and weight.numel() > 0
+    trainable = any(p.requires_grad for p in module.parameters(recurse=False))
+    out: list[torch.Tensor] = []
+    per_channel, running, momentum = 0, False, None
+    if isinstance(module, _BatchNorm):
+        momentum = module.momentum
+        rm, rv = module.running_mean, module.running_var
+        if rm is not None and rv is not None and x is not None and x.dim() >= 2 and x.shape[1] == rm.numel():
+            running = True
+            per_channel = x.numel() // max(1, x.shape[1])
+            eps = float(module.eps)
+            xf = x.detach()
+            xf = xf.float() if xf.dtype != torch.float32 else xf
+            dims = [d for d in range(xf.dim()) if d != 1]
+            var_b, mu_b = torch.var_mean(xf, dim=dims, unbiased=False)
+            rmf, rvf = rm.detach().float(), rv.detach().float()
+            finite = torch.isfinite(rmf).all() & torch.isfinite(rvf).all()
+            initial = (rmf == 0).all() & (rvf == 1).all()
+            shift = ((mu_b - rmf).abs() / (rvf + eps).sqrt()).median()
+            log_scale = ((var_b + eps).log() - (rvf + eps).log()).abs().median()
+            out += [finite.float(), initial.float(), shift, log_scale]
+    if gain:
+        w = weight.detach()  # type: ignore[union-attr]
+        out.append(torch.linalg.vector_norm(w.float() if w.dtype != torch.float32 else w) / (w.numel() ** 0.5))
+    if not out:
+        return None
+    lay = NormLayout(type(module).__name__, bool(module.training), trainable, momentum, per_channel, running, gain)
+    return out, lay

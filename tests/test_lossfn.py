@@ -1,0 +1,129 @@
+"""The loss-misuse family on hand-made statistics and events (pure: no torch, no monitor)."""
+
+import pytest
+
+from neuraldbg_cli.config import Thresholds
+from neuraldbg_cli.events import EventType, Kind, LossCallStats, SemanticEvent, StepRecord
+from neuraldbg_cli.families import lossfn
+from neuraldbg_cli.families.base import Context, Machine, _rounded
+from neuraldbg_cli.families.lossfn import classify_loss_call
+
+TH = Thresholds()
+
+
+def stats(name, inp, tgt=None, lo=-1.0, hi=1.0, rows=None, classes=None, reduction="mean", module=None, bc=None,
+          dtype="float32"):
+    terms = 1
+    for d in inp:
+        terms *= d
+    if classes and name in ("cross_entropy", "nll_loss"):
+        terms //= classes
+    return LossCallStats(name, module, inp, tgt, bc, reduction, dtype, classes, terms, lo, hi, rows)
+
+
+@pytest.mark.parametrize(
+    "s, state",
+    [
+        (stats("mse_loss", (64, 1), (64,), bc=(64, 64)), "broadcast"),
+        (stats("mse_loss", (64, 1), (64, 1)), "normal"),
+        (stats("cross_entropy", (64, 10), (64,), 0.0, 0.6, 1e-7, 10), "probabilities_to_ce"),
+        (stats("cross_entropy", (64, 10), (64,), -3.0, 4.0, 2.5, 10), "normal"),  # logits
+        (stats("cross_entropy", (64, 10), (64,), 0.0, 0.9, 0.4, 10), "normal"),  # in [0, 1], rows not 1: logits
+        (stats("cross_entropy", (64, 10), (64,), 0.0, 0.6, 5e-3, 10, dtype="bfloat16"), "probabilities_to_ce"),
+        (stats("binary_cross_entropy_with_logits", (64, 1), (64, 1), 0.02, 0.97), "probabilities_to_logits_loss"),
+        (stats("binary_cross_entropy_with_logits", (64, 1), (64, 1), -2.0, 3.0), "normal"),
+        (stats("binary_cross_entropy_with_logits", (2, 1), (2, 1), 0.2, 0.7), "normal"),  # two logits: chance
+        (stats("nll_loss", (64, 10), (64,), -4.0, 3.5, 12.0, 10), "logits_to_nll"),
+        (stats("nll_loss", (64, 10), (64,), -9.0, 0.0, 9.0, 10), "normal"),  # log_softmax
+        (stats("nll_loss", (64, 10), (64,), 0.01, 0.5, 1e-7, 10), "probabilities_to_nll"),
+        (stats("kl_div", (64, 10), (64, 10), 0.01, 0.5, 1e-7, 10), "probabilities_to_nll"),
+        (stats("kl_div", (64, 10), (64, 10), -7.0, -0.01, 9.0, 10), "normal"),
+        (stats("cross_entropy", (512, 10), (512,), -3.0, 4.0, 2.5, 10, "sum"), "sum_reduction"),
+        (stats("cross_entropy", (8, 10), (8,), -3.0, 4.0, 2.5, 10, "sum"), "normal"),  # a few terms
+        (stats("nll_loss", (64, 10), (64,), float("nan"), float("nan"), float("nan"), 10), "normal"),  # non_finite's
+    ],
+)
+def test_classify_loss_call(s, state):
+    assert classify_loss_call(s, TH) == state
+
+
+class Board:
+    """The Monitor's bookkeeping, as much as an observer needs: machines that emit SemanticEvents."""
+
+    def __init__(self):
+        self.th, self.models, self.machines, self.since, self.grad_since = TH, {}, {}, {}, {}
+        self.events = []
+
+    def feed(self, key, initial, state, step, metrics, etype, site, root, module):
+        m = self.machines.setdefault(key, Machine(initial, TH.debounce, TH.debounce_early))
+        for old, new, at, mt in m.observe(state, step, metrics):
+            self.events.append(
+                SemanticEvent(type=etype, step=at, module=module, root=root, from_=old, to=new,
+                              metrics=_rounded(mt), site=site)
+            )
+
+    def reset(self, key, state):
+        self.machines.pop(key, None)
+
+
+def run(calls_per_step, extra_events=()):
+    board = Board()
+    obs = lossfn.LossCallObserver(board)
+    for step, calls in enumerate(calls_per_step):
+        obs.observe(StepRecord(step=step, sampled=True, loss_calls=calls))
+    return board.events, lossfn.loss_misuse(Context(events=[*board.events, *extra_events]))
+
+
+def test_broadcast_is_confirmed_from_its_first_call_with_the_exact_fix():
+    s = stats("mse_loss", (64, 1), (64,), bc=(64, 64))
+    events, h = run([{"mse_loss": s}] * 5)
+    assert [(e.type, e.step, e.to, e.site) for e in events] == [("loss_call_health", 0, "broadcast", "loss_call")]
+    assert h.kind is Kind.loss_misuse and h.confidence >= 0.85 and h.origin.step == 0
+    assert "F.mse_loss gets input [64, 1] and target [64]: they broadcast to [64, 64]" in h.summary
+    assert "target.view(-1, 1)" in h.suggestions[0] and "pred.squeeze(-1)" in h.suggestions[0]
+
+
+def test_softmax_before_a_cross_entropy_module():
+    s = stats("cross_entropy", (32, 10), (32,), 0.0, 0.4, 1e-7, 10, module="CrossEntropyLoss")
+    _, h = run([{"cross_entropy": s}] * 4)
+    assert h.summary.startswith("nn.CrossEntropyLoss gets probabilities")
+    assert "remove the softmax before nn.CrossEntropyLoss" in h.suggestions[0]
+
+
+@pytest.mark.parametrize(
+    "s, words",
+    [
+        (stats("binary_cross_entropy_with_logits", (64, 1), (64, 1), 0.1, 0.9), "remove the sigmoid"),
+        (stats("nll_loss", (64, 10), (64,), -4.0, 3.5, 12.0, 10), "F.log_softmax(logits, dim=1)"),
+        (stats("kl_div", (64, 10), (64, 10), 0.0, 0.5, 1e-7, 10), "F.log_softmax(logits, dim=-1)"),
+    ],
+)
+def test_each_misuse_names_its_fix(s, words):
+    _, h = run([{s.name: s}] * 3)
+    assert h is not None and words in h.suggestions[0], h.suggestions
+
+
+def test_healthy_calls_and_a_single_odd_call_say_nothing():
+    good = stats("cross_entropy", (64, 10), (64,), -3.0, 4.0, 2.5, 10)
+    odd = stats("cross_entropy", (64, 10), (64,), 0.0, 0.4, 1e-7, 10)
+    events, h = run([{"cross_entropy": good}] * 3 + [{"cross_entropy": odd}] + [{"cross_entropy": good}] * 3)
+    assert events == [] and h is None
+
+
+def test_a_summed_reduction_is_a_cause_only_of_an_unstable_loss():
+    s = stats("mse_loss", (256, 4), (256, 4), reduction="sum")
+    _, h = run([{"mse_loss": s}] * 4)
+    assert h is None
+    diverging = SemanticEvent(type=EventType.optimizer_instability.value, step=5, root="Net", from_="normal",
+                              to="diverging", site="loss")
+    _, h = run([{"mse_loss": s}] * 4, [diverging])
+    assert h is not None and "reduction='mean'" in h.suggestions[0] and "1024" in h.suggestions[0]
+    assert h.confidence == pytest.approx(0.6)
+
+
+def test_loss_names_cover_what_the_probe_reads():
+    from neuraldbg_cli import lossprobe, provenance
+
+    assert set(provenance.FLOAT_TARGET_LOSSES) | set(lossprobe.EXTRA_LOSSES) <= set(lossfn.LOSS_NAMES)
+    assert set(lossprobe.MODULE_LOSSES.values()) <= set(lossfn.LOSS_NAMES)
+    assert {c.__name__ for c in lossprobe.MODULE_LOSSES} == {lossfn.MODULES[n] for n in lossprobe.MODULE_LOSSES.values()}
