@@ -60,6 +60,12 @@ class Thresholds(BaseModel):
     )
     vanish_abs: float = Field(1e-10, description="gradient RMS this small is vanishing whatever the other layers do")
     explode_growth: float = Field(1e3, description="gradient RMS this many times its own early baseline is exploding")
+    baseline_peer_ratio: float = Field(
+        1e-2,
+        description="a gradient RMS below this fraction of its model's median layer is not taken as the layer's "
+        "baseline: a factor zero by construction at the start (LoRA's A while B is 0, a zero-initialised "
+        "branch) grows from ~0 to a normal size, which is not an explosion",
+    )
     explode_abs: float = Field(
         1e2, description="gradient RMS above this is exploding outright (healthy layers sit around 1e-4..1e-1)"
     )

@@ -234,6 +234,7 @@ class StepRecord:
     loss_calls: dict[str, LossCallStats] = field(default_factory=dict)  # loss name -> its first call, sampled steps
     time: float | None = None  # when the step closed (perf_counter seconds): per-rank step times
     active: set[str] | None = None  # roots whose forward ran this step (None: unknown, judge all)
+    stepped: set[tuple[str, str]] = field(default_factory=set)  # (root, module) an optimizer stepped in this step
 
 
 @dataclass

@@ -107,6 +107,9 @@ class StepPacer:
                 guard.fault("update", e)
         try:
             self._opts.stepped(opt)
+            owners = self._sets.of_optimizer(opt).owners
+            if not any(o is owners for o in buf.stepped):  # (cached per parameter set: one entry per optimizer)
+                buf.stepped.append(owners)
             series = self._opts.series(opt)
             lead = id(opt) == self.clock.lead
             buf.assign_loss(series, main=lead)

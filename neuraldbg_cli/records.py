@@ -54,6 +54,7 @@ class StepBuffer:
         "scaled",
         "active",
         "norm_train",
+        "stepped",
         "_check_at",
     )
 
@@ -72,6 +73,7 @@ class StepBuffer:
         self.active: set[str] = set()  # roots whose forward ran in this step
         self.time: float | None = None  # perf_counter() when the step closed
         self.scaled = False  # a GradScaler-scaled backward happened in this step
+        self.stepped: list[tuple] = []  # the owners (root, module) of each optimizer stepped in this step
         self.norm_train: set[tuple] = set()  # norm layers (root, module) that ran in training mode this step
 
     def check(self, key: tuple, t: torch.Tensor) -> None:
@@ -195,6 +197,8 @@ def to_records(pending: list[StepBuffer], grads_observed: bool) -> list[StepReco
             chunk = values[i : i + length]
             i += length
             _place(rec, what, key, chunk, extra)
+        if buf.stepped:
+            rec.stepped = set().union(*buf.stepped)
         for key in buf.norm_train:
             ns = rec.norms.get(key)
             if ns is not None:

@@ -61,7 +61,9 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
     Kind.saturated_activation: Causes((Kind.vanishing_gradient, Kind.loss_plateau)),
     Kind.dead_activation: Causes((Kind.no_gradient, Kind.vanishing_gradient, Kind.loss_plateau)),
     Kind.vanishing_gradient: Causes((Kind.loss_plateau, Kind.unchanged_weights)),
-    Kind.unchanged_weights: Causes((Kind.loss_plateau,)),
+    # a parameter that never moves (outside the optimizer) keeps the factors multiplied by it at exactly zero
+    # gradient: LoRA's A while B stays 0, a gate that stays closed; so it comes before no_gradient
+    Kind.unchanged_weights: Causes((Kind.loss_plateau, Kind.no_gradient)),
     Kind.no_gradient: Causes((Kind.loss_plateau, Kind.unchanged_weights)),
     # a blow-up that wrecks the weights leaves saturated/dead units, faded gradients and a stalled loss
     Kind.loss_divergence: Causes(

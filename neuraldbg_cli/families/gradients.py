@@ -130,7 +130,11 @@ class GradientObserver(Observer):
         base = self.grad_base.setdefault(key, [])
         baseline = statistics.median(base) if len(base) >= self.th.baseline_samples else None
         state = classify_gradient(value, ref_max, baseline, info.weight_ndim2, depth, self.th, ahead)
-        if state == GradState.healthy.value and len(base) < self.th.baseline_samples and value:
+        # the baseline that growth is measured against: the layer's own early scale, once it is on the scale of
+        # its model's layers. A factor that starts at exactly 0 or ~1e-6 by construction (LoRA's A while B is 0,
+        # a zero-initialised branch or gate) grows by orders of magnitude to a normal size: not an explosion
+        peers = ref_median * self.th.baseline_peer_ratio
+        if state == GradState.healthy.value and len(base) < self.th.baseline_samples and value and value >= peers:
             base.append(value)
         machine = self.board.machines.get(key)
         if machine is not None and machine.state == state and machine.cand is None:

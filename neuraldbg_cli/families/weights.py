@@ -30,16 +30,28 @@ class WeightObserver(Observer):
     the weights by a large fraction of their norm (the update-to-weight ratio, healthy around 1e-3), on
     most of the model's matrix layers: the learning rate is too large. Collapsing = the weight norm fell
     below a small fraction of its first sample and is still falling, on most matrix layers (e.g. a huge
-    weight_decay)."""
+    weight_decay).
+
+    Still weights are only a fault when something should have moved them: a module whose optimizer has
+    stepped before but not since the last sample is resting by design (a GAN generator stepped once per
+    n_critic critic steps, a phase that trains other parts), not stuck. One that no optimizer holds, or whose
+    optimizer never stepped, is judged as before: that is the bug."""
 
     def __init__(self, board: Board) -> None:
         super().__init__(board)
         self.last_weights: dict[tuple, tuple] = {}  # checksums at the last sample
         self.weight_hist: dict[tuple, tuple[float, float]] = {}  # (root, module) -> (first, last) weight norm
+        self.stepped_since: set[tuple] = set()  # (root, module) whose optimizer stepped since the last sample
+        self.ever_stepped: set[tuple] = set()
 
     def observe(self, rec: StepRecord) -> None:
+        if rec.stepped:
+            self.stepped_since |= rec.stepped
+            self.ever_stepped |= rec.stepped
         if not rec.sampled:
             return  # weights are read on sampled steps only
+        resting = self.ever_stepped - self.stepped_since
+        self.stepped_since = set()
         th = self.th
         judged: dict[str, list[tuple]] = {}
         for (root, name), gs in rec.grads.items():
@@ -82,6 +94,8 @@ class WeightObserver(Observer):
                 if prev is not None and now is not None and grad is not None and now == prev:
                     if not grad_ok:
                         continue  # a vanishing/absent gradient explains still weights better
+                    if (root, name) in resting and info is not None and info.in_optimizer:
+                        continue  # its optimizer did not step since the last sample: nothing was meant to move it
                     state = UpdateState.unchanged.value
                 elif collapsing_model and collapsing:
                     state = UpdateState.collapsing.value
@@ -136,7 +150,8 @@ def unchanged_weights(ctx: Context) -> Hypothesis | None:
     if outside and ctx.optimizers:
         tips.append(
             f"{', '.join(outside[:4])} get gradients but are not in any optimizer: pass model.parameters() "
-            f"(all of them) to the optimizer"
+            f"(all of them) to the optimizer, and build it after the model is final (after wrapping it with "
+            f"adapters such as peft's get_peft_model, replacing a head, or unfreezing layers)"
         )
     tips.append("make sure optimizer.step() is called every iteration (after loss.backward())")
     summary = (
