@@ -203,7 +203,7 @@ class LossCallStats:
     called; broadcast_shape: what input and target broadcast to when that is not the input's shape (the
     target broadcasting bug), else None; classes: size of the class dim (cross_entropy, nll_loss, kl_div);
     terms: values the reduction adds up; min/max: of the input (an evenly spread sample); row_sum_dev: max over
-    a few leading rows of |sum over classes - 1| (None: no class dim)."""
+    a few leading rows of |sum over classes - 1| (None: no class dim); source: the op that made the input."""
 
     name: str
     module: str | None
@@ -217,6 +217,7 @@ class LossCallStats:
     min: float = float("nan")
     max: float = float("nan")
     row_sum_dev: float | None = None
+    source: str | None = None  # the autograd op that made the input (lossprobe.source_op); None: no graph
 
 
 @dataclass

@@ -59,6 +59,7 @@ class LossLayout(NamedTuple):
     classes: int | None  # size of the class dim (class losses and kl_div)
     terms: int  # values the reduction adds up (per class-loss row: one term)
     row_sums: bool  # the values end with max |row sum - 1|
+    source: str | None  # the op that made the input (see source_op)
 
 
 def module_loss(module: nn.Module) -> str | None:
@@ -96,6 +97,49 @@ def _broadcast(x: torch.Tensor, t: torch.Tensor | None) -> tuple[int, ...] | Non
     return shape if shape != tuple(x.shape) else None
 
 
+# autograd nodes that only move or reshape values: the op that made a loss input is looked for behind them
+_SHAPE_OPS = frozenset(
+    f"{op}Backward0"
+    for op in (
+        "View",
+        "Reshape",
+        "UnsafeView",
+        "Squeeze",
+        "Unsqueeze",
+        "Select",
+        "Slice",
+        "Expand",
+        "Permute",
+        "Transpose",
+        "T",
+        "Clone",
+        "Flatten",
+        "Narrow",
+        "Index",
+        "Unbind",
+        "Split",
+        "SplitWithSizes",
+        "ToCopy",
+    )
+)
+
+
+def source_op(x: torch.Tensor) -> str | None:
+    """The autograd op that made `x`, looked for behind reshapes and copies (`D(x).view(-1)` was made by D's
+    last op): "Sigmoid", "Softmax", "LogSoftmax", "Addmm"... None when `x` carries no graph (no gradient).
+    Reading the graph is host-side and syncs nothing; it tells a sigmoid's output from logits that happen to
+    lie in [0, 1], which no range test can."""
+    node = x.grad_fn
+    for _ in range(8):
+        if node is None:
+            return None
+        name = type(node).__name__
+        if name not in _SHAPE_OPS:
+            return name.removesuffix("Backward0").removesuffix("Backward1")
+        node = next((n for n, _ in node.next_functions if n is not None), None)
+    return None
+
+
 def values(
     name: str, x: torch.Tensor, t: torch.Tensor | None, reduction: str, module: str | None = None
 ) -> tuple[list[torch.Tensor], LossLayout] | None:
@@ -118,5 +162,7 @@ def values(
     tshape = tuple(t.shape) if t is not None else None
     bshape = _broadcast(xd, t) if name in ELEMENTWISE else None
     dtype = str(xd.dtype).removeprefix("torch.")
-    lay = LossLayout(name, module, tuple(xd.shape), tshape, bshape, reduction, dtype, classes, terms, len(out) == 3)
+    lay = LossLayout(
+        name, module, tuple(xd.shape), tshape, bshape, reduction, dtype, classes, terms, len(out) == 3, source_op(x)
+    )
     return out, lay

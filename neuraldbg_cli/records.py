@@ -279,4 +279,5 @@ def _place_loss_call(rec: StepRecord, key: str, chunk: list[float], lay: Any) ->
         chunk[0],
         chunk[1],
         chunk[2] if lay.row_sums else None,
+        lay.source,
     )

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from neuraldbg_cli.events import Kind
+from neuraldbg_cli.events import Hypothesis, Kind
 
 
 @dataclass(frozen=True)
@@ -15,6 +16,18 @@ class Causes:
     dated_late: bool = False  # known only a window of losses in (the oscillation test needs two): its onset
     #                          may be up to `loss_window` steps after the effects it caused
     needs_training: bool = False  # arises from the updates: cannot explain what is present at step 0
+    when: tuple[tuple[Kind, str], ...] = ()  # effects it has only when the cause shows a condition (CONDITIONS)
+
+    def can_cause(self, cause: Hypothesis, effect: Kind) -> bool:
+        return effect in self.effects or any(k == effect and CONDITIONS[c](cause) for k, c in self.when)
+
+
+def _outside_optimizer(h: Hypothesis) -> bool:
+    """Its evidence shows parameters that get gradients but that no optimizer holds."""
+    return any(e.get("in_optimizer") == 0.0 for e in h.evidence)
+
+
+CONDITIONS: dict[str, Callable[[Hypothesis], bool]] = {"outside_optimizer": _outside_optimizer}
 
 
 CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the first cause that holds
@@ -61,9 +74,10 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
     Kind.saturated_activation: Causes((Kind.vanishing_gradient, Kind.loss_plateau)),
     Kind.dead_activation: Causes((Kind.no_gradient, Kind.vanishing_gradient, Kind.loss_plateau)),
     Kind.vanishing_gradient: Causes((Kind.loss_plateau, Kind.unchanged_weights)),
-    # a parameter that never moves (outside the optimizer) keeps the factors multiplied by it at exactly zero
-    # gradient: LoRA's A while B stays 0, a gate that stays closed; so it comes before no_gradient
-    Kind.unchanged_weights: Causes((Kind.loss_plateau, Kind.no_gradient)),
+    # a parameter left out of the optimizer keeps the factors multiplied by it at exactly zero gradient
+    # (LoRA's A while B stays 0, a gate that stays closed): then it comes before no_gradient. Weights that
+    # stand still inside the optimizer are a symptom (dead units upstream), not that cause
+    Kind.unchanged_weights: Causes((Kind.loss_plateau,), when=((Kind.no_gradient, "outside_optimizer"),)),
     Kind.no_gradient: Causes((Kind.loss_plateau, Kind.unchanged_weights)),
     # a blow-up that wrecks the weights leaves saturated/dead units, faded gradients and a stalled loss
     Kind.loss_divergence: Causes(

@@ -58,6 +58,8 @@ MODULES = {  # the loss module that calls each
 }
 LOG_PROB_LOSSES = ("nll_loss", "kl_div")  # their input is log-probabilities
 HALF = ("float16", "bfloat16")
+SQUASHING = frozenset({"Sigmoid", "Softmax", "Hardsigmoid", "Clamp", "ClampMin", "ClampMax"})  # outputs in [0, 1]
+LOG_OUTPUTS = frozenset({"LogSoftmax", "LogSigmoid"})
 MIN_VALUES = 16  # values a [0, 1] range is judged on: one or two logits may well lie in [0, 1] by chance
 MISUSE = tuple(s.value for s in S if s is not S.normal)
 # how sure each state is that the loss is called wrongly (sum_reduction: see loss_misuse)
@@ -82,9 +84,13 @@ def classify_loss_call(s: LossCallStats, th: Thresholds) -> str:
     row_tol = th.loss_row_tol * (16 if s.dtype in HALF else 1)
     unit = n >= MIN_VALUES and lo >= 0 and hi <= 1  # False for NaN
     rows_one = s.row_sum_dev is not None and s.row_sum_dev <= row_tol
-    if s.name == "cross_entropy" and (s.classes or 0) >= 2 and unit and rows_one:
+    # where the input comes from decides when it is known (a sigmoid's output, or logits that happen to lie in
+    # [0, 1] near initialisation: a GAN discriminator's); the range test stands in only without a graph
+    made = s.source
+    squashed = made in SQUASHING if made is not None else unit
+    if s.name == "cross_entropy" and (s.classes or 0) >= 2 and unit and rows_one and made not in LOG_OUTPUTS:
         return S.probabilities_to_ce.value
-    if s.name == "binary_cross_entropy_with_logits" and unit:
+    if s.name == "binary_cross_entropy_with_logits" and unit and squashed:
         return S.probabilities_to_logits_loss.value
     if s.name in LOG_PROB_LOSSES:
         if (s.classes or 0) >= 2 and unit and rows_one:
