@@ -104,15 +104,35 @@ def patched(tmp_path_factory):
 # Under pytest-xdist (`-n 2 --dist loadgroup`, the README's test command) each worker has its own copy of the
 # session caches above, so the tests that share an expensive run are kept on one worker: the 2-rank torchrun
 # jobs (test_distributed.py, cached per mode; one job at a time also keeps 4 ranks off 2 cores) and the
-# torch.compile run (`compiled`). loadgroup hands out the largest group first, so these long runs start first.
-_GROUPS = {"test_distributed.py": "distributed"}
+# torch.compile run (the tests using `compiled`, named below: one missing here only costs a second run).
+# loadgroup hands out the largest group first, so these long runs start first. The groups are given to the
+# scheduler by test id rather than as xdist_group marks: with pytest >= 9.2, xdist 3.8 drops those marks
+# silently (pytest-xdist issue 1386) and would spread the groups over both workers.
+_DISTRIBUTED = "tests/test_distributed.py"
+_COMPILED = ("tests/test_bugs/test_compile_global_hook_warning.py", "tests/test_bugs/test_compile_recompiles.py",
+             "tests/test_bugs/test_compile_wrapper_names.py", "tests/test_bugs/test_module_compile_observed.py",
+             "tests/test_safety_zoo.py::test_torch_compile")
 
 
-def pytest_collection_modifyitems(items):
-    for item in items:
-        group = _GROUPS.get(item.path.name) or ("compiled" if "compiled" in item.fixturenames else None)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
+def _group(nodeid: str) -> str | None:
+    if nodeid.startswith(_DISTRIBUTED + "::"):
+        return "distributed"
+    if any(nodeid == c or nodeid.startswith(c + "::") for c in _COMPILED):
+        return "compiled"
+    return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class Scheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid) or super()._split_scope(nodeid)
+
+    return Scheduling(config, log)
 
 
 @pytest.fixture(autouse=True)
