@@ -73,6 +73,15 @@ def _scalars(row: dict[str, Any], several_roots: bool) -> Iterator[tuple[str, An
         if _number(update) and _number(weight) and weight > 0:  # healthy ~1e-3 (see monitor)
             yield f"update_ratio/{name(key)}", update / weight
 
+    for key, norm in _dict(row.get("norms")).items():  # see tracewriter._stats_row
+        if isinstance(norm, list) and len(norm) == 5 and isinstance(key, str):
+            for stat, value in zip(("norm_training", "norm_shift", "norm_log_scale", "norm_gain"), norm):
+                yield f"{stat}/{name(key)}", value
+    for loss, call in _dict(row.get("loss_calls")).items():
+        if isinstance(call, list) and len(call) == 3:
+            for stat, value in zip(("loss_input_min", "loss_input_max", "loss_row_sum_dev"), call):
+                yield f"{stat}/{loss}", value
+
 
 def _event_line(ev: Any) -> str:
     metrics = ", ".join(f"{k}={v:.4g}" for k, v in ev.metrics.items() if v is not None)

@@ -110,6 +110,13 @@ def _stats_row(rec: StepRecord, t0: float | None = None) -> dict[str, Any]:
         updates = {"|".join(k): g.update_norm for k, g in rec.grads.items() if g.update_norm is not None}
         if updates:  # the change one optimizer step made to each module's weights (L2)
             row["updates"] = updates
+        if rec.norms:  # normalisation layers: mode (1 = train), batch vs running statistics, gain
+            row["norms"] = {
+                "|".join(k): [float(n.training), n.shift, n.log_scale, n.gain_rms, n.running_finite]
+                for k, n in rec.norms.items()
+            }
+        if rec.loss_calls:  # how each loss was called: the input's range and its row sums' deviation from 1
+            row["loss_calls"] = {name: [c.min, c.max, c.row_sum_dev] for name, c in rec.loss_calls.items()}
         if t0 is not None:
             row["sums"] = {"|".join(k): [int(v) for v in g.checksum] for k, g in rec.grads.items() if g.checksum}
     return row

@@ -107,3 +107,20 @@ def test_tensorboard_missing_is_one_line(tmp_path):
     _one_line_exit_2(r)
     assert "neuraldbg[tensorboard]" in r.stderr
     assert not (tmp_path / "tb").exists()
+
+
+def test_normalisation_and_loss_call_scalars():
+    """The architecture statistics (tracewriter._stats_row: norms, loss_calls) become scalars of their own."""
+    row = {"step": 3, "loss": 1.0, "norms": {"Net|bn1": [0.0, 2.5, 1.1, 0.9, 1.0]},
+           "loss_calls": {"cross_entropy": [0.01, 0.3, 1e-7]}}
+    got = dict(_scalars(row, several_roots=False))
+    assert got["norm_training/bn1"] == 0.0 and got["norm_shift/bn1"] == 2.5 and got["norm_gain/bn1"] == 0.9
+    assert got["loss_input_max/cross_entropy"] == 0.3 and got["loss_row_sum_dev/cross_entropy"] == 1e-7
+
+
+def test_a_batchnorm_run_writes_its_norm_statistics(observe):
+    rows = [json.loads(line) for line in (observe("bn_cnn.py", "--mode", "eval_start").run_dir / "stats.jsonl")
+            .read_text().splitlines()]
+    norms = next(r["norms"] for r in rows if "norms" in r)
+    assert set(norms) == {"Sequential|1", "Sequential|4", "Sequential|9"}
+    assert all(v[0] == 0.0 and v[4] == 1.0 for v in norms.values())  # eval mode, finite running statistics
