@@ -5,6 +5,7 @@ one causal model (see its docstring). Imports no I/O module: the run is read by 
 
 from __future__ import annotations
 
+import copy
 import heapq
 from collections.abc import Callable, Iterable
 from operator import attrgetter
@@ -104,6 +105,8 @@ def name_setting(
             h.suggestions = [setting.fix] + [
                 s for s in h.suggestions if s != setting.fix and setting.contradicts not in s
             ]
+            ids = {f["id"] for f in setting.fixes}  # the setting's own fix replaces the rule's of the same id
+            h.fixes = [copy.deepcopy(f) for f in setting.fixes] + [f for f in h.fixes if f["id"] not in ids]
     carrier = hyps[named]
     carrier.summary = f"{setting.statement[0].upper()}{setting.statement[1:]}. {carrier.summary}"
     carrier.evidence = setting.evidence + carrier.evidence

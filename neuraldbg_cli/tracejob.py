@@ -195,7 +195,9 @@ def _read_one(resolved: Path, run_dir: Path, rank: int | None) -> RunData:
     models = _clean_models(models, warnings)
     code = meta.get("exit_status")
     who = "the script" if rank is None else f"rank {rank}'s script"
-    if meta.get("status") == "stopped":
+    if meta.get("status") == "stopped" and "step_limit" in meta:
+        warnings.append(f"{who} was ended after {meta.get('step_limit')} steps (a `neuraldbg verify` trial)")
+    elif meta.get("status") == "stopped":
         warnings.append(
             f"{who.replace('the script', 'the run')} was stopped by --stop-on after step "
             f"{meta.get('stopped_at')}; this explains what was observed up to then"
