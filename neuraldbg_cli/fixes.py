@@ -153,24 +153,24 @@ def _trainable_bn(module: torch.nn.Module) -> bool:
 
 
 def _bn_train_mode(params: dict[str, Any], hooks: HookSet) -> Applied:
-    """A BatchNorm called in eval mode with gradients enabled (a training forward) runs in training mode for that
-    call, and is put back in eval mode after it: validation under no_grad is left as the script has it."""
+    """A BatchNorm called in eval mode with gradients enabled (a training forward) is put in training mode; one
+    switched so and then called under no_grad (validation) goes back to eval mode for it. (Switched in the
+    pre-hook and left so, not put back after the call: the probe reads the mode after the forward.)"""
     applied = Applied("bn_train_mode", params, "training forwards", "no BatchNorm ran in eval mode with gradients on")
     switched: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 
     def pre(module: torch.nn.Module, args: Any) -> None:
-        if not module.training and torch.is_grad_enabled() and _trainable_bn(module):
-            module.training = True
-            switched.add(module)
-            applied.count += 1
-
-    def post(module: torch.nn.Module, args: Any, output: Any) -> None:
-        if module in switched:
-            switched.discard(module)
+        if not isinstance(module, _BatchNorm):
+            return
+        if torch.is_grad_enabled():
+            if not module.training and _trainable_bn(module):
+                module.training = True
+                switched.add(module)
+                applied.count += 1
+        elif module.training and module in switched:
             module.training = False
 
     hooks.add(_module.register_module_forward_pre_hook(pre))
-    hooks.add(_module.register_module_forward_hook(post, always_call=True))
     return applied
 
 

@@ -71,3 +71,26 @@ def _value(text: str, default: Any, fix_id: str) -> Any:
     if not value >= least or value == float("inf"):
         raise NeuraldbgError(f"neuraldbg: fix {fix_id}: {text!r} must be a positive number")
     return value
+
+
+def annotate(fixes: list[dict[str, Any]], kind: str, verified: dict[str, Any]) -> list[dict[str, Any]]:
+    """A hypothesis's fixes with what `verify` found (verify.json's entry of the same kind, id and params):
+    `verified` (status) and `verified_detail` (its reason, with the numbers); verified fixes first."""
+    entries = verified.get("fixes") if isinstance(verified, dict) else None
+    if not isinstance(entries, list):
+        return fixes
+    found = {
+        (e.get("kind"), e.get("id"), spec(str(e.get("id")), e.get("params") or {})): e
+        for e in entries
+        if isinstance(e, dict) and isinstance(e.get("params", {}), dict)
+    }
+    for f in fixes:
+        e = found.get((kind, f["id"], spec(f["id"], f["params"])))
+        if e is not None and e.get("status") in STATUSES:
+            f["verified"] = e["status"]
+            f["verified_detail"] = str(e.get("reason") or "")
+    return sorted(fixes, key=lambda f: STATUSES.get(f.get("verified", ""), len(STATUSES)))
+
+
+STATUSES = {"verified": 0, "not_verified": 1, "inconclusive": 2}  # in the order fixes are listed
+MARKS = {"verified": "verified ✓", "not_verified": "not verified ✗", "inconclusive": "inconclusive ?"}

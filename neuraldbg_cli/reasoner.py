@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from neuraldbg_cli import crossrank
+from neuraldbg_cli import crossrank, fixspec
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import EventType, Hypothesis, Kind, ModelSummary, Origin, Report
 from neuraldbg_cli.families import RULES
@@ -215,6 +215,8 @@ def explain(run: RunData, min_confidence: float = 0.5) -> Report:
         settings=settings,
         position=lambda o: ctx.position(o.root, o.module),
     )
+    for h in hyps:
+        h.fixes = fixspec.annotate(h.fixes, h.kind.value, run.verify)
     steps = steps_observed(run)
     warnings = list(run.warnings)
     state = run.meta.get("status")
