@@ -171,12 +171,13 @@ def execute(plan: Plan, min_conf: float, say: Any = print) -> tuple[dict[str, An
         out = Outcome(spec or "control", seed, plan.trial_dir(spec, seed))
         try:
             run_one(plan.cmd, out, spec, plan.steps, plan.timeout)
-        except KeyboardInterrupt:
+            done[(spec, seed)] = read_outcome(out, min_conf)
+            say(f"  [{i}/{len(runs)}] {progress_line(out)}")
+        except KeyboardInterrupt:  # the trial's process group is gone (run_one kills it on the way out)
             interrupted = True
+            done.pop((spec, seed), None)
             say(f"  [{i}/{len(runs)}] {out.name}: interrupted; verify stops with the results so far")
             break
-        done[(spec, seed)] = read_outcome(out, min_conf)
-        say(f"  [{i}/{len(runs)}] {progress_line(out)}")
     fixes = [judge(c, plan, done, min_conf) for c in plan.candidates]
     fixes.sort(key=lambda f: {"verified": 0, "not_verified": 1}.get(f["status"], 2))
     control = {"runs": [done[(None, s)].doc() for s in plan.seeds if (None, s) in done]}
