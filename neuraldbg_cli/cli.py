@@ -179,6 +179,34 @@ def export(
     typer.echo(f"neuraldbg: exported to {out} (tensorboard --logdir {out})")
 
 
+@app.command()
+def verify(
+    run_dir: Path = typer.Argument(..., help="a run directory written by `neuraldbg run`"),
+    steps: int | None = typer.Option(None, "--steps", help="optimizer steps per trial [1.5 × latest onset + 20, ≤300]"),
+    seeds: int | None = typer.Option(None, "--seeds", help="repeat on seeds 1..S [the script's own seeding, once]"),
+    fix: list[str] = typer.Option([], "--fix", help="only this fix: ID or ID:NAME=VALUE,... (repeatable)"),
+    timeout: float | None = typer.Option(None, "--timeout", help="seconds per trial before it is killed"),
+    min_confidence: float = typer.Option(0.5, "--min-confidence", help="confidence that counts as present"),
+) -> None:
+    """Re-run the recorded command with each suggested fix, next to an unchanged control: which fixes cure it."""
+    from neuraldbg_cli import verify as v
+
+    try:
+        plan = v.make_plan(run_dir, steps, seeds, fix, timeout, min_confidence)
+    except NeuraldbgError as e:
+        _fail(e)
+    if isinstance(plan, str):
+        typer.echo(f"neuraldbg: {plan}")
+        return
+    doc, interrupted = v.execute(plan, min_confidence, typer.echo)
+    path = v.write(run_dir, doc)
+    for line in v.summary_lines(doc):
+        typer.echo(line)
+    typer.echo(f"neuraldbg: results in {path} (neuraldbg explain {run_dir} shows them next to each fix)")
+    if interrupted:
+        raise typer.Exit(130)
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"neuraldbg {__version__}")

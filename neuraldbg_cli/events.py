@@ -279,6 +279,7 @@ class Hypothesis(BaseModel):
     evidence: list[dict[str, Any]] = Field(default_factory=list)
     propagation: list[str] = Field(default_factory=list)
     suggestions: list[str] = Field(default_factory=list)
+    fixes: list[dict[str, Any]] = Field(default_factory=list)  # fixspec.fix(): applicable from outside the script
     caused_by: Kind | None = None
     ranks: list[int] | None = None  # distributed runs: the ranks that show it
 

@@ -48,6 +48,8 @@ class StepPacer:
         self._opts, self._finder, self._outbox = opts, finder, outbox
         self.clock = StepClock()
         self.stop_requested = False
+        self.max_steps: int | None = None  # a verify trial: end the training cleanly after this many steps
+        self.limit_reached = False
         self._closure = False  # the optimizer step under way was given a closure: read gradients after it
         self._before: UpdateBefore | None = None  # of the sampled optimizer step under way
         self._series = ""  # loss series of the leading optimizer: losses no optimizer step took go there
@@ -121,6 +123,9 @@ class StepPacer:
             guard.fault("step", e)
         if closes and self.stop_requested:  # a step boundary: the weights are updated, no backward under way
             self.stop_requested = False
+            raise StopTraining()
+        if closes and self.max_steps is not None and self._steps.step >= self.max_steps and not self.limit_reached:
+            self.limit_reached = True
             raise StopTraining()
 
     def wrap_zero_grad(self, original: Callable) -> Callable:

@@ -142,6 +142,11 @@ class Probe:
     def stop_requested(self, value: bool) -> None:
         self._pacer.stop_requested = value
 
+    @property
+    def pacer(self) -> StepPacer:
+        """The step pacer: a verify trial sets its `max_steps` and reads `limit_reached`."""
+        return self._pacer
+
     # ---- description for the run directory ----
 
     def models(self) -> list[ModelInfo]:

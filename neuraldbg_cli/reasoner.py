@@ -5,6 +5,7 @@ one causal model (see its docstring). Imports no I/O module: the run is read by 
 
 from __future__ import annotations
 
+import copy
 import heapq
 from collections.abc import Callable, Iterable
 from operator import attrgetter
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from neuraldbg_cli import crossrank
+from neuraldbg_cli import crossrank, fixspec
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import EventType, Hypothesis, Kind, ModelSummary, Origin, Report
 from neuraldbg_cli.families import RULES
@@ -104,6 +105,8 @@ def name_setting(
             h.suggestions = [setting.fix] + [
                 s for s in h.suggestions if s != setting.fix and setting.contradicts not in s
             ]
+            ids = {f["id"] for f in setting.fixes}  # the setting's own fix replaces the rule's of the same id
+            h.fixes = [copy.deepcopy(f) for f in setting.fixes] + [f for f in h.fixes if f["id"] not in ids]
     carrier = hyps[named]
     carrier.summary = f"{setting.statement[0].upper()}{setting.statement[1:]}. {carrier.summary}"
     carrier.evidence = setting.evidence + carrier.evidence
@@ -212,6 +215,8 @@ def explain(run: RunData, min_confidence: float = 0.5) -> Report:
         settings=settings,
         position=lambda o: ctx.position(o.root, o.module),
     )
+    for h in hyps:
+        h.fixes = fixspec.annotate(h.fixes, h.kind.value, run.verify)
     steps = steps_observed(run)
     warnings = list(run.warnings)
     state = run.meta.get("status")

@@ -206,7 +206,9 @@ class Session:
         import torch  # deferred: `explain` must not pay for torch
 
         from neuraldbg_cli.probes import Probe
+        from neuraldbg_cli.trial import from_env
 
+        trial = from_env(self.run_dir)  # a verify trial: its variables leave os.environ before it is recorded
         self.meta = {
             "schema": META_SCHEMA,
             "neuraldbg": __version__,
@@ -217,6 +219,8 @@ class Session:
             "mode": self.mode,
             "script": str(self.path or self.argv[0]),
             "cwd": os.getcwd(),
+            "executable": sys.executable,
+            "env": script_env(os.environ),
             "start": _now(),
             "status": "running",
             "world_size": self.info.world_size if self.info is not None else 1,
@@ -228,6 +232,8 @@ class Session:
                 rank=self.info.rank, local_rank=self.info.local_rank, host=platform.node(), job=self.info.job
             )
         self.write_meta()
+        if trial is not None:  # before the probe: a fix's step pre-hook (clipping) runs before the probe reads
+            trial.install()
         self.probe = Probe(self._on_steps, self._on_models, every=self.settings.every)
         t0 = self.t0
         try:
@@ -235,6 +241,8 @@ class Session:
         except Exception as e:  # noqa: BLE001 - then the script runs unobserved, rather than not at all
             self.probe.hooks.remove()
             self._warn_once("probe installation", e)
+        if trial is not None:
+            self.probe.pacer.max_steps = trial.max_steps
         previous = install_sigterm()
         try:
             code = execute(self.mode, self.argv)
@@ -242,12 +250,17 @@ class Session:
             restore_sigterm(previous)
             if os.getpid() == self.pid:
                 self._close()
+                if trial is not None:
+                    trial.close(self.writer.write_json)
         if os.getpid() != self.pid:  # a child the script forked, leaving through sys.exit: the run is not its
             return code
         status = "finished" if code == 0 else "failed"
         if self.stopped is not None:  # whatever the script made of the StopTraining it got (Lightning: exit 1)
             code, status = int(ExitCode.FAIL_ON), "stopped"
             self.meta.update(stopped_at=self.stopped["step"], stopped_by=self.stopped["kinds"])
+        elif self.probe.pacer.limit_reached:  # a verify trial's clean end after its steps
+            code, status = 0, "stopped"
+            self.meta.update(stopped_at=self.probe.step - 1, step_limit=self.probe.pacer.max_steps)
         self.write_meta(
             end=_now(),
             wall_s=round(time.perf_counter() - t0, 3),
@@ -282,6 +295,19 @@ class Session:
 
     def _verdict(self, code: int) -> int:
         return verdict(self.run_dir, self.settings, code)
+
+
+_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "PRIVATE", "SESSION")
+
+
+def script_env(env: os._Environ[str] | dict[str, str]) -> dict[str, str]:
+    """The script's environment as meta.json records it (`verify` re-runs with it): without variables whose
+    names look like secrets (…KEY, …TOKEN, PASSWORD…) and without neuraldbg's own (the settings are recorded)."""
+    return {
+        k: v
+        for k, v in sorted(env.items())
+        if not k.startswith("NEURALDBG_") and not any(w in k.upper() for w in _SECRET_WORDS)
+    }
 
 
 def _model_doc(models: list[Any], optimizers: Any) -> dict[str, Any]:

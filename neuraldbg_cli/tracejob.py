@@ -18,6 +18,8 @@ from neuraldbg_cli.events import MAX_STEP, META_SCHEMA, SemanticEvent
 from neuraldbg_cli.tracereader import MAX_LINE, iter_lines, read_events, warn
 from neuraldbg_cli.tracewriter import EVENTS, META, MODEL, STATS, rank_file
 
+VERIFY = "verify.json"  # written by `neuraldbg verify` (verify.py)
+
 MAX_INT = MAX_STEP + 1  # steps and counts beyond 64 bits are corrupt
 
 
@@ -33,6 +35,7 @@ class RunData:
     warnings: list[str] = field(default_factory=list)
     rank: int | None = None
     stats: list[dict[str, Any]] = field(default_factory=list)
+    verify: dict[str, Any] = field(default_factory=dict)  # verify.json: which fixes `neuraldbg verify` checked
 
 
 @dataclass
@@ -195,7 +198,9 @@ def _read_one(resolved: Path, run_dir: Path, rank: int | None) -> RunData:
     models = _clean_models(models, warnings)
     code = meta.get("exit_status")
     who = "the script" if rank is None else f"rank {rank}'s script"
-    if meta.get("status") == "stopped":
+    if meta.get("status") == "stopped" and "step_limit" in meta:
+        warnings.append(f"{who} was ended after {meta.get('step_limit')} steps (a `neuraldbg verify` trial)")
+    elif meta.get("status") == "stopped":
         warnings.append(
             f"{who.replace('the script', 'the run')} was stopped by --stop-on after step "
             f"{meta.get('stopped_at')}; this explains what was observed up to then"
@@ -207,7 +212,13 @@ def _read_one(resolved: Path, run_dir: Path, rank: int | None) -> RunData:
         last = _last_row_step(resolved / rank_file(STATS, rank))  # killed: how far it got is in the last row
         if last is not None:
             meta["steps_observed"] = last + 1
-    return RunData(dir=run_dir, meta=meta, events=events, models=models, warnings=warnings, rank=rank)
+    verified: dict[str, Any] = {}
+    if rank is None and _is_file(resolved / VERIFY):
+        try:
+            verified = _read_json_file(resolved / VERIFY, VERIFY)
+        except NeuraldbgError as e:
+            warnings.append(str(e).removeprefix("neuraldbg: "))
+    return RunData(dir=run_dir, meta=meta, events=events, models=models, warnings=warnings, rank=rank, verify=verified)
 
 
 # What the reasoner reads from meta.json and model.json, with the JSON type each must have: a field of

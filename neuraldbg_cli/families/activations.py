@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 import statistics
+from typing import Any
 
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import ActState, ActStats, EventType, Hypothesis, Kind, StepRecord
-from neuraldbg_cli.families.advice import _lr_above_usual, lower_lr
+from neuraldbg_cli.families.advice import _lr_above_usual, lower_lr, lower_lr_fix
 from neuraldbg_cli.families.base import (
     NON_FINITE,
     Board,
@@ -23,7 +24,8 @@ from neuraldbg_cli.families.base import (
     _spread_confidence,
     _still,
 )
-from neuraldbg_cli.vocab import is_norm
+from neuraldbg_cli.fixspec import fix
+from neuraldbg_cli.vocab import SATURATING_TYPES, is_norm
 
 
 def classify_activation(s: ActStats, baseline_std: float | None, th: Thresholds, output_layer: bool = False) -> str:
@@ -124,7 +126,13 @@ def _blowup_phrase(ctx: Context, evs: list[Event]) -> tuple[Event, str]:
 
 
 def _activation_rule(
-    ctx: Context, state: str, kind: Kind, base: float, tips: list[str], phrase: str
+    ctx: Context,
+    state: str,
+    kind: Kind,
+    base: float,
+    tips: list[str],
+    phrase: str,
+    fixes: list[dict[str, Any]] | None = None,
 ) -> Hypothesis | None:
     evs = ctx.select(types=[EventType.activation_regime_shift.value], to=[state])
     if not evs:
@@ -135,7 +143,7 @@ def _activation_rule(
     conf = _spread_confidence(base, len(first), _still(ctx, evs, state))
     where = " (its activation output)" if origin.site == "activation" else ""
     summary = f"{phrase} at {origin.module}{where} from step {origin.step}; {len(first)} layer(s) affected."
-    return _hyp(kind, conf, origin, origin.step, summary, evs, tips, chain)
+    return _hyp(kind, conf, origin, origin.step, summary, evs, tips, chain, fixes)
 
 
 def dead_activation(ctx: Context) -> Hypothesis | None:
@@ -146,7 +154,13 @@ def dead_activation(ctx: Context) -> Hypothesis | None:
     # a large lr is the usual way units die during training: its fix first when the lr is above its range
     tips = lower_lr(ctx) + tips if _lr_above_usual(ctx) else tips[:1] + lower_lr(ctx) + tips[1:]
     return _activation_rule(
-        ctx, "dead", Kind.dead_activation, 0.62, tips, "Most ReLU units never activate on a whole batch (dead)"
+        ctx,
+        "dead",
+        Kind.dead_activation,
+        0.62,
+        tips,
+        "Most ReLU units never activate on a whole batch (dead)",
+        lower_lr_fix(ctx),
     )
 
 
@@ -157,6 +171,7 @@ def saturated_activation(ctx: Context) -> Hypothesis | None:
         if _model_has(ctx, is_norm)
         else "add BatchNorm/LayerNorm before the activation, or switch to ReLU/GELU"
     )
+    swap = [fix("activation_swap", tips[-1], to="ReLU")] if _model_has(ctx, SATURATING_TYPES.__contains__) else []
     return _activation_rule(
         ctx,
         "saturated",
@@ -164,6 +179,7 @@ def saturated_activation(ctx: Context) -> Hypothesis | None:
         0.62,
         tips,
         "Bounded activations are pinned at their rails (saturated, gradient ≈ 0)",
+        swap,
     )
 
 

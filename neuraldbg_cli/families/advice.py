@@ -3,7 +3,10 @@ that does not move under a learning rate below its optimizer's usual range."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from neuraldbg_cli.families.base import Context
+from neuraldbg_cli.fixspec import lr_scale
 from neuraldbg_cli.vocab import usual_lr
 
 
@@ -22,9 +25,36 @@ def lower_lr(ctx: Context) -> list[str]:
         return [f"{opt} has a negative learning rate (lr={lr:g}): it climbs the loss; use a positive one"]
     if lr == 0:
         return []  # nothing moves: a learning rate of 0 cannot be what drives this
-    usual, th = usual_lr(opt), ctx.thresholds
-    target = usual if lr > usual * th.lr_usual_span else lr * th.lr_lower_factor
+    target = _lower_target(ctx, opt, lr)
     return [f"lr={lr:g} with {opt}: try {target:.3g}"]
+
+
+def _lower_target(ctx: Context, opt: str, lr: float) -> float:
+    usual, th = usual_lr(opt), ctx.thresholds
+    return usual if lr > usual * th.lr_usual_span else lr * th.lr_lower_factor
+
+
+def lower_lr_fix(ctx: Context) -> list[dict[str, Any]]:
+    """lower_lr's advice as a fix (lr_scale to the value it names); none without an optimizer or a positive lr."""
+    peak = ctx.peak_lr()
+    if peak is None or peak[1] <= 0:
+        return []
+    target = _lower_target(ctx, *peak)
+    return [lr_scale(peak[1], float(f"{target:.3g}"), lower_lr(ctx)[0])]
+
+
+def plateau_lr_fix(ctx: Context) -> list[dict[str, Any]]:
+    """plateau_lr's advice as a fix: lr_scale up to the usual value, or down as lower_lr_fix."""
+    peak = ctx.peak_lr()
+    if peak is None or peak[1] <= 0:
+        return []
+    opt, lr = peak
+    usual, span = usual_lr(opt), ctx.thresholds.lr_usual_span
+    if lr > usual * span:
+        return lower_lr_fix(ctx)
+    if lr < usual / span:
+        return [lr_scale(lr, usual, plateau_lr(ctx)[0])]
+    return []
 
 
 def plateau_lr(ctx: Context) -> list[str]:

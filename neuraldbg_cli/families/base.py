@@ -311,6 +311,7 @@ def _hyp(
     events: list[Event],
     suggestions: list[str],
     propagation: list[str] | None = None,
+    fixes: list[dict[str, Any]] | None = None,
 ) -> Hypothesis:
     return Hypothesis(
         kind=kind,
@@ -320,6 +321,7 @@ def _hyp(
         evidence=_evidence(events),
         propagation=propagation or [],
         suggestions=suggestions,
+        fixes=fixes or [],
     )
 
 

@@ -12,7 +12,7 @@ import statistics
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import EventType, GradState, Hypothesis, Kind, ModelInfo, StepRecord
 from neuraldbg_cli.families.activations import _blowup_phrase, _blowups
-from neuraldbg_cli.families.advice import lower_lr
+from neuraldbg_cli.families.advice import lower_lr, lower_lr_fix
 from neuraldbg_cli.families.base import (
     Board,
     Context,
@@ -27,6 +27,7 @@ from neuraldbg_cli.families.base import (
     _spread_confidence,
     _still,
 )
+from neuraldbg_cli.fixspec import fix
 from neuraldbg_cli.vocab import RNN_TYPES, SATURATING_TYPES, is_norm, is_residual
 
 _DIGITS = re.compile(r"\d+")  # block numbers in module names
@@ -173,12 +174,14 @@ def vanishing_gradient(ctx: Context) -> Hypothesis | None:
     types = ctx.module_types()
     sat = sorted(n for n, t in types.items() if t in SATURATING_TYPES)
     tips = []
+    fixes = []
     if sat:
         kinds = "/".join(sorted({types[n] for n in sat}))
         tips.append(
             f"{kinds} activations ({', '.join(sat[:3])}{'…' if len(sat) > 3 else ''}) have derivative "
             f"<= 0.25 (sigmoid) or saturate: switch to ReLU/GELU"
         )
+        fixes.append(fix("activation_swap", tips[-1], to="ReLU"))
     elif ctx.select(to=["saturated"]):
         tips.append("saturating functional activations (torch.sigmoid/tanh) squash gradients: switch to ReLU/GELU")
     if any(t in RNN_TYPES for t in types.values()):
@@ -193,7 +196,7 @@ def vanishing_gradient(ctx: Context) -> Hypothesis | None:
         f"Gradients vanish toward the input: {origin.module} gets {where} from step {origin.step}; "
         f"{len(first)} layer(s) affected, so the early layers barely learn."
     )
-    return _hyp(Kind.vanishing_gradient, conf, origin, origin.step, summary, evs, tips, chain)
+    return _hyp(Kind.vanishing_gradient, conf, origin, origin.step, summary, evs, tips, chain, fixes)
 
 
 def exploding_gradient(ctx: Context) -> Hypothesis | None:
@@ -206,6 +209,7 @@ def exploding_gradient(ctx: Context) -> Hypothesis | None:
         "clip gradients: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0) before optimizer.step()",
         "check the initialisation scale (default or Xavier/He, not larger)",
     ]
+    fixes = lower_lr_fix(ctx) + [fix("clip_grad_norm", tips[-2], max_norm=1.0)]
     if not evs:
         if not blow or ctx.select(types=[EventType.optimizer_instability.value], to=["diverging"]):
             return None
@@ -214,7 +218,7 @@ def exploding_gradient(ctx: Context) -> Hypothesis | None:
         chain = [e.module or "" for e in sorted(first.values(), key=lambda e: (e.step, ctx.order(e)))]
         conf = _spread_confidence(0.62, len(first), _still(ctx, blow, "anomalous"))
         summary = f"Values explode in the forward pass: {phrase}."
-        return _hyp(Kind.exploding_gradient, conf, origin, origin.step, summary, blow, tips, chain)
+        return _hyp(Kind.exploding_gradient, conf, origin, origin.step, summary, blow, tips, chain, fixes)
     first = _first_by_module(evs)
     origin = _origin_of(ctx, list(first.values()))  # input side: where large init / high lr compounds most
     chain = [e.module or "" for e in sorted(first.values(), key=lambda e: (e.step, ctx.order(e)))]
@@ -228,7 +232,7 @@ def exploding_gradient(ctx: Context) -> Hypothesis | None:
     summary += f"; {len(first)} layer(s) affected."
     if blow:
         summary += f" Also {_blowup_phrase(ctx, blow)[1]}."
-    return _hyp(Kind.exploding_gradient, conf, origin, origin.step, summary, evs + blow, tips, chain)
+    return _hyp(Kind.exploding_gradient, conf, origin, origin.step, summary, evs + blow, tips, chain, fixes)
 
 
 def no_gradient(ctx: Context) -> Hypothesis | None:

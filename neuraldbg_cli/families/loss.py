@@ -10,9 +10,10 @@ from typing import Any
 
 from neuraldbg_cli.events import EventType, Hypothesis, Kind, LossState, StepRecord
 from neuraldbg_cli.families.activations import _blowup_phrase, _blowups
-from neuraldbg_cli.families.advice import lower_lr, plateau_lr
+from neuraldbg_cli.families.advice import lower_lr, lower_lr_fix, plateau_lr, plateau_lr_fix
 from neuraldbg_cli.families.base import NON_FINITE, Board, Context, Event, Family, Observer, _evidence, _hyp
 from neuraldbg_cli.families.loss_model import LossSeries
+from neuraldbg_cli.fixspec import fix
 from neuraldbg_cli.vocab import SOFTMAX_TYPES
 
 
@@ -130,7 +131,14 @@ def _lasting_damage(ctx: Context, since: int) -> bool:
 
 
 def _loss_rule(
-    ctx: Context, state: str, kind: Kind, base: float, phrase: str, tips: list[str], intermittent: bool = False
+    ctx: Context,
+    state: str,
+    kind: Kind,
+    base: float,
+    phrase: str,
+    tips: list[str],
+    intermittent: bool = False,
+    fixes: list[dict[str, Any]] | None = None,
 ) -> Hypothesis | None:
     evs = ctx.select(types=[EventType.optimizer_instability.value], to=[state])
     if not evs:
@@ -148,7 +156,7 @@ def _loss_rule(
             f"{phrase} from step {first.step}: loss {m.get('recent', m.get('loss', 0)):.4g} now vs "
             f"{m.get('start', 0):.4g} at the start (best {m.get('best', 0):.4g})."
         )
-    return _hyp(kind, conf, None, first.step, summary, evs, tips)
+    return _hyp(kind, conf, None, first.step, summary, evs, tips, fixes=fixes)
 
 
 def loss_plateau(ctx: Context) -> Hypothesis | None:
@@ -162,7 +170,9 @@ def loss_plateau(ctx: Context) -> Hypothesis | None:
             f"log-softmax itself; return raw logits",
         )
     tips.append("check that the loss can decrease at all: overfit one small batch first")
-    return _loss_rule(ctx, "plateau", Kind.loss_plateau, 0.72, "The loss does not decrease", tips)
+    return _loss_rule(
+        ctx, "plateau", Kind.loss_plateau, 0.72, "The loss does not decrease", tips, fixes=plateau_lr_fix(ctx)
+    )
 
 
 def loss_divergence(ctx: Context) -> Hypothesis | None:
@@ -170,7 +180,8 @@ def loss_divergence(ctx: Context) -> Hypothesis | None:
         "clip gradients (clip_grad_norm_)",
         "check the update sign (maximize=True, a negative lr, loss sign)",
     ]
-    h = _loss_rule(ctx, "diverging", Kind.loss_divergence, 0.8, "The loss diverges (keeps growing)", tips)
+    fixes = lower_lr_fix(ctx) + [fix("clip_grad_norm", tips[-2], max_norm=1.0)]
+    h = _loss_rule(ctx, "diverging", Kind.loss_divergence, 0.8, "The loss diverges (keeps growing)", tips, fixes=fixes)
     blow = _blowups(ctx)
     if h is not None and blow:  # the forward pass shows where values grew first (the origin stays the loss)
         h.summary += f" In the forward pass, {_blowup_phrase(ctx, blow)[1]}."
@@ -180,8 +191,16 @@ def loss_divergence(ctx: Context) -> Hypothesis | None:
 
 def unstable_loss(ctx: Context) -> Hypothesis | None:
     tips = lower_lr(ctx) + ["add learning-rate warm-up or a decaying schedule", "use a larger batch"]
+    fixes = lower_lr_fix(ctx) + [fix("warmup", tips[-2], steps=50)]
     return _loss_rule(
-        ctx, "oscillating", Kind.unstable_loss, 0.66, "The loss oscillates without converging", tips, intermittent=True
+        ctx,
+        "oscillating",
+        Kind.unstable_loss,
+        0.66,
+        "The loss oscillates without converging",
+        tips,
+        intermittent=True,
+        fixes=fixes,
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from neuraldbg_cli.events import EventType, Hypothesis, Kind
 from neuraldbg_cli.families.base import Context, Family, _hyp
+from neuraldbg_cli.fixspec import fix
 
 
 def non_finite(ctx: Context) -> Hypothesis | None:
@@ -34,7 +35,11 @@ def non_finite(ctx: Context) -> Hypothesis | None:
         "lower the learning rate / clip gradients if values grew before the NaN",
     ]
     chain = [e.module or e.site or "" for e in sorted(evs, key=lambda e: (e.step, ctx.order(e)))][:12]
-    return _hyp(Kind.non_finite, 0.9, origin, onset, summary, evs, tips, list(dict.fromkeys(chain)))
+    grew = any(
+        e.step <= onset for e in ctx.select(types=[EventType.gradient_health_transition.value], to=["exploding"])
+    )
+    fixes = [fix("clip_grad_norm", tips[-1], max_norm=1.0)] if grew else []
+    return _hyp(Kind.non_finite, 0.9, origin, onset, summary, evs, tips, list(dict.fromkeys(chain)), fixes)
 
 
 FAMILY = Family("non_finite", None, (non_finite,))

@@ -20,6 +20,7 @@ from __future__ import annotations
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import EventType, Hypothesis, Kind, NormState, NormStats, StepRecord
 from neuraldbg_cli.families.base import NON_FINITE, Context, Event, Family, Observer, _first_by_module, _hyp, _still
+from neuraldbg_cli.fixspec import fix
 
 ETYPE = EventType.normalization_health.value
 SITE = "norm"
@@ -135,7 +136,8 @@ def normalization_fault(ctx: Context) -> Hypothesis | None:
             "to freeze BatchNorm on purpose, also freeze its parameters (requires_grad_(False)) or use FrozenBatchNorm2d",
         ]
         conf = min(0.95, 0.7 + 0.05 * min(len(first), 3)) * (0.6 + 0.4 * persistent)
-        return _hyp(Kind.normalization_fault, conf, origin, origin.step, summary, picked, tips, names)
+        fixes = [fix("bn_train_mode", tips[0])]
+        return _hyp(Kind.normalization_fault, conf, origin, origin.step, summary, picked, tips, names, fixes)
     if state == NormState.few_values.value:
         n = int(m.get("per_channel") or 0)
         summary = (

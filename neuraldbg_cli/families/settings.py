@@ -9,8 +9,9 @@ from itertools import chain
 from typing import Any
 
 from neuraldbg_cli.events import EventType, Kind
-from neuraldbg_cli.families.advice import lower_lr
+from neuraldbg_cli.families.advice import lower_lr, lower_lr_fix
 from neuraldbg_cli.families.base import Context, Event, _evidence, _number
+from neuraldbg_cli.fixspec import fix
 from neuraldbg_cli.vocab import decoupled_decay
 
 
@@ -28,6 +29,7 @@ class SettingCause:
     evidence: list[dict[str, Any]] = field(default_factory=list)
     contradicts: str = "\0"  # suggestions containing this are dropped from what it produced (they point the other way)
     ends: int | None = None  # the first step its evidence was seen to have ended at (None: it lasted)
+    fixes: list[dict[str, Any]] = field(default_factory=list)  # `fix` as data (fixspec), first in what it produced
 
     @property
     def effects(self) -> set[Kind]:
@@ -75,6 +77,7 @@ def learning_rate_setting(ctx: Context) -> SettingCause | None:
         _evidence(evs, 3),
         contradicts="raise the learning rate",
         ends=_last_in_force(ctx, evs, "oversized"),
+        fixes=lower_lr_fix(ctx),
     )
 
 
@@ -111,11 +114,12 @@ def weight_decay_setting(ctx: Context) -> SettingCause | None:
     wd, opt = max(large)
     usual = "0.01-0.1" if decoupled_decay(opt) else "1e-5-5e-4"
     onset = min(e.step for e in evs)
+    text = f"lower weight_decay ({wd:g} with {opt}) to {usual}, the usual range for {opt}"
     return SettingCause(
         "weight_decay",
         onset,
         f"weight decay collapses the weights: weight_decay={wd:g} with {opt} shrinks them toward 0 from step {onset}",
-        f"lower weight_decay ({wd:g} with {opt}) to {usual}, the usual range for {opt}",
+        text,
         # a flat loss is what the user sees; then weights too small to pass a gradient on or
         # to move; "no gradient" and dead units (a detach, a ReLU) are the least direct readings
         (
@@ -124,6 +128,7 @@ def weight_decay_setting(ctx: Context) -> SettingCause | None:
             (Kind.no_gradient, Kind.dead_activation),
         ),
         _evidence(evs, 3),
+        fixes=[fix("weight_decay", text, value=0.01 if decoupled_decay(opt) else 1e-4)],
     )
 
 

@@ -1,0 +1,96 @@
+"""Fixes as data (torch-free): the changes neuraldbg can apply to a run from outside the script, their
+parameters, the words that describe them, and their one-line form (`lr_scale:factor=0.1`) that `verify`
+hands a trial in NEURALDBG_FIX. The rules attach them to hypotheses (`Hypothesis.fixes`); fixes.py applies
+them (torch side)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from neuraldbg_cli.errors import NeuraldbgError
+
+# id -> (parameter defaults, what it does): every id here has an implementation in fixes.py
+FIXES: dict[str, tuple[dict[str, Any], str]] = {
+    "lr_scale": ({"factor": 0.1}, "multiply every learning rate by {factor:g} at optimizer construction"),
+    "clip_grad_norm": ({"max_norm": 1.0}, "clip the gradient norm to {max_norm:g} before each optimizer step"),
+    "warmup": ({"steps": 50}, "warm the learning rate up linearly over the first {steps} steps"),
+    "weight_decay": ({"value": 1e-4}, "set weight_decay={value:g} in every optimizer"),
+    "bn_train_mode": ({}, "run BatchNorm layers in training mode during training forwards"),
+    "activation_swap": ({"to": "ReLU"}, "replace nn.Sigmoid/nn.Tanh modules with nn.{to}"),
+}
+ENV_FIX = "NEURALDBG_FIX"  # a trial's fix, one-line form
+ENV_MAX_STEPS = "NEURALDBG_MAX_STEPS"  # a trial ends cleanly after this many optimizer steps
+ENV_SEED = "NEURALDBG_SEED"  # a trial's seed: the global RNGs seeded with it, the script's own seeds offset by it
+ENV_GUARD = "NEURALDBG_WRITE_GUARD"  # a trial's folder: writes to other files are redirected into it
+TRIAL_FILE = "trial.json"  # what a trial applied (fix, seed, write guard), in its run directory
+
+
+def fix(fix_id: str, text: str | None = None, **params: Any) -> dict[str, Any]:
+    """A fix as a hypothesis lists it: {"id", "params", "text"} (text: the suggestion it implements, or the
+    fix's own description)."""
+    defaults, words = FIXES[fix_id]
+    merged = {**defaults, **params}
+    return {"id": fix_id, "params": merged, "text": text or words.format(**merged)}
+
+
+def lr_scale(current: float, target: float, text: str) -> dict[str, Any]:
+    """lr_scale moving `current` to `target`, its factor rounded to 3 significant digits."""
+    return fix("lr_scale", text, factor=float(f"{target / current:.3g}"))
+
+
+def spec(fix_id: str, params: dict[str, Any]) -> str:
+    """The one-line form: `lr_scale:factor=0.1` (`bn_train_mode` without parameters)."""
+    body = ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(params.items()))
+    return f"{fix_id}:{body}" if body else fix_id
+
+
+def parse(text: str) -> tuple[str, dict[str, Any]]:
+    """`ID[:NAME=VALUE,...]` -> (id, params over the defaults); NeuraldbgError for an unknown id or parameter."""
+    fix_id, _, body = text.strip().partition(":")
+    if fix_id not in FIXES:
+        raise NeuraldbgError(f"neuraldbg: unknown fix {fix_id!r}; known fixes: {', '.join(FIXES)}")
+    defaults = FIXES[fix_id][0]
+    params = dict(defaults)
+    for pair in filter(None, body.split(",")):
+        name, eq, value = pair.partition("=")
+        if not eq or name.strip() not in defaults:
+            known = ", ".join(defaults) or "none"
+            raise NeuraldbgError(f"neuraldbg: fix {fix_id}: bad parameter {pair!r} (parameters: {known})")
+        params[name.strip()] = _value(value.strip(), defaults[name.strip()], fix_id)
+    return fix_id, params
+
+
+def _value(text: str, default: Any, fix_id: str) -> Any:
+    if isinstance(default, str):
+        return text
+    try:
+        value = int(text) if isinstance(default, int) else float(text)
+    except ValueError:
+        raise NeuraldbgError(f"neuraldbg: fix {fix_id}: {text!r} is not a number") from None
+    least = 0 if fix_id == "weight_decay" else 1e-300  # weight decay may be switched off, nothing else
+    if not value >= least or value == float("inf"):
+        raise NeuraldbgError(f"neuraldbg: fix {fix_id}: {text!r} must be a positive number")
+    return value
+
+
+def annotate(fixes: list[dict[str, Any]], kind: str, verified: dict[str, Any]) -> list[dict[str, Any]]:
+    """A hypothesis's fixes with what `verify` found (verify.json's entry of the same kind, id and params):
+    `verified` (status) and `verified_detail` (its reason, with the numbers); verified fixes first."""
+    entries = verified.get("fixes") if isinstance(verified, dict) else None
+    if not isinstance(entries, list):
+        return fixes
+    found = {
+        (e.get("kind"), e.get("id"), spec(str(e.get("id")), e.get("params") or {})): e
+        for e in entries
+        if isinstance(e, dict) and isinstance(e.get("params", {}), dict)
+    }
+    for f in fixes:
+        e = found.get((kind, f["id"], spec(f["id"], f["params"])))
+        if e is not None and e.get("status") in STATUSES:
+            f["verified"] = e["status"]
+            f["verified_detail"] = str(e.get("reason") or "")
+    return sorted(fixes, key=lambda f: STATUSES.get(f.get("verified", ""), len(STATUSES)))
+
+
+STATUSES = {"verified": 0, "not_verified": 1, "inconclusive": 2}  # in the order fixes are listed
+MARKS = {"verified": "verified ✓", "not_verified": "not verified ✗", "inconclusive": "inconclusive ?"}

@@ -1,0 +1,158 @@
+"""`neuraldbg verify` through the CLI: verified and refuted fixes on small CPU scripts, a trial that crashes, the
+user's files left untouched, no process left behind, and bad input (exit 2)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from conftest import ASSETS, explain_json, run_cli
+
+
+def _verify(run_dir: Path, *args: str, **env: str) -> dict:
+    r = run_cli("verify", run_dir, *args, timeout=400, **env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("neuraldbg verify: ") and " trials " in r.stdout.splitlines()[0], r.stdout
+    doc = json.loads((run_dir / "verify.json").read_text())
+    assert doc["schema"] == "neuraldbg.verify/1" and set(doc) >= {"steps", "seeds", "control", "fixes"}
+    for f in doc["fixes"]:
+        assert list(f) == ["kind", "id", "params", "text", "status", "wins", "seeds", "metric", "reason"]
+        assert f["status"] in ("verified", "not_verified", "inconclusive") and set(f["metric"]) == {"control", "trial"}
+    return doc
+
+
+def _entry(doc: dict, kind: str, fix_id: str, **params) -> dict:
+    found = [f for f in doc["fixes"] if f["kind"] == kind and f["id"] == fix_id and
+             all(f["params"].get(k) == v for k, v in params.items())]
+    assert found, json.dumps(doc["fixes"], indent=1)
+    return found[0]
+
+
+def test_diverging_sgd_lower_lr_verified_higher_lr_refuted(tmp_path):
+    run_dir = tmp_path / "run"
+    r = run_cli("run", "-q", "--run-dir", run_dir, ASSETS / "exploding.py", cwd=tmp_path)  # SGD lr=0.4: diverges
+    assert r.returncode == 0, r.stderr
+    fixes = {f["id"]: f for h in explain_json(run_dir)["hypotheses"] if h["kind"] == "loss_divergence"
+             for f in h["fixes"]}
+    assert fixes["lr_scale"]["params"] == {"factor": 0.025} and fixes["lr_scale"]["text"] == "lr=0.4 with SGD: try 0.01"
+    assert fixes["clip_grad_norm"]["params"] == {"max_norm": 1.0}
+
+    doc = _verify(run_dir, "--fix", "lr_scale", "--fix", "lr_scale:factor=10")
+    assert doc["seeds"] == 1 and doc["steps"] == 27  # 1.5 × the latest onset (the NaN at step 5) + 20
+    good = _entry(doc, "loss_divergence", "lr_scale", factor=0.025)
+    assert good["status"] == "verified" and good["wins"] == 1, good
+    assert good["metric"]["trial"] < 5 and good["metric"]["control"] is None  # the control's loss went NaN
+    bad = _entry(doc, "loss_divergence", "lr_scale", factor=10)
+    assert bad["status"] == "not_verified" and "still present" in bad["reason"], bad
+    assert doc["fixes"][0]["status"] == "verified"  # verified first
+    assert (run_dir / "verify" / "control" / "events.jsonl").exists()
+
+    report = explain_json(run_dir)  # explain shows the verdicts, verified fixes first
+    div = next(h for h in report["hypotheses"] if h["kind"] == "loss_divergence")
+    assert list(div)[:9] == ["rank", "kind", "confidence", "origin", "summary", "evidence", "propagation",
+                             "suggestions", "fixes"]
+    assert div["fixes"][0]["id"] == "lr_scale" and div["fixes"][0]["verified"] == "verified"
+    assert "verified" not in div["fixes"][1]  # clip_grad_norm was not tried this time
+    text = run_cli("explain", run_dir).stdout
+    assert "fix lr_scale:factor=0.025: verified ✓ (1/1 seeds: loss " in text, text
+
+
+def _snapshot(folder: Path) -> dict[str, tuple]:
+    return {str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _user_files(proj: Path) -> None:
+    for name, text in (("log.txt", "my log\n"), ("history.txt", "my history\n"), ("ckpt.pt", "my checkpoint"),
+                       ("notes.txt", "my notes\n"), ("state.json", '{"mine": 1}'), ("old.txt", "keep me\n")):
+        (proj / name).write_text(text)
+    (proj / "cache").mkdir(exist_ok=True)
+    (proj / "cache" / "entry.bin").write_bytes(b"\x00" * 16)
+
+
+def _alive_with(marker: str) -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and marker.encode() in (d / "cmdline").read_bytes():
+                pids.append(int(d.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_exploding_deep_mlp_clipping_verified_user_files_untouched_no_process_left(tmp_path):
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    for name in ("verify_deep.py", "common.py"):
+        shutil.copy(ASSETS / name, proj / name)
+    _user_files(proj)
+    run_dir = tmp_path / "run"
+    r = run_cli("run", "-q", "--run-dir", run_dir, "verify_deep.py", "--files", "1", cwd=proj)
+    assert r.returncode == 0, r.stderr
+    _user_files(proj)  # the user's files as they are now (the run itself may change them: it is the user's run)
+    before = _snapshot(proj)
+    marker = f"verify-marker-{uuid.uuid4().hex}"
+
+    doc = _verify(run_dir, "--timeout", "120", SPAWN_MARKER=marker)
+    clip = _entry(doc, "exploding_gradient", "clip_grad_norm")
+    assert clip["status"] == "verified", clip
+    lr = _entry(doc, "exploding_gradient", "lr_scale")  # the script rejects a changed lr: the trial crashes
+    assert lr["status"] == "inconclusive" and "crashed" in lr["reason"] and "config check failed" in lr["reason"]
+
+    assert _snapshot(proj) == before  # nothing of the user's changed, nothing added
+    trial = json.loads((run_dir / "verify" / "control" / "trial.json").read_text())
+    redirected = trial["write_guard"]["redirected"]
+    assert {Path(p).name for p in redirected} >= {"log.txt", "history.txt", "ckpt.pt", "notes.txt", "state.json"}
+    copy = Path(redirected[str(proj / "history.txt")])
+    assert copy.read_text() == "my history\none more line\n"  # appended to a copy
+    assert {Path(p).name for p in trial["write_guard"]["left_in_place"]} == {"old.txt", "cache"}
+    spawned = (run_dir / "verify" / "control" / "output.log").read_text()
+    assert "spawned " in spawned  # the trials did start children
+    assert _alive_with(marker) == []  # and none is left running
+
+
+def test_batchnorm_left_in_eval_mode_bn_train_mode_verified(tmp_path):
+    run_dir = tmp_path / "run"
+    r = run_cli("run", "-q", "--run-dir", run_dir, ASSETS / "bn_cnn.py", "--mode", "eval_start", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    doc = _verify(run_dir)
+    bn = _entry(doc, "normalization_fault", "bn_train_mode")
+    assert bn["status"] == "verified" and bn["metric"]["trial"] < bn["metric"]["control"], bn
+
+
+def test_healthy_run_nothing_to_verify_then_bad_input_exit_2(tmp_path):
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    for name in ("exploding.py", "common.py"):
+        shutil.copy(ASSETS / name, proj / name)
+    run_dir = tmp_path / "run"
+    assert run_cli("run", "-q", "--run-dir", run_dir, "exploding.py", "--lr", "0.01", cwd=proj).returncode == 0
+    r = run_cli("verify", run_dir)
+    assert r.returncode == 0 and r.stdout.startswith("neuraldbg: nothing to verify"), r.stdout + r.stderr
+    assert not (run_dir / "verify.json").exists()
+
+    def one_line_exit_2(*args: str) -> str:
+        r = run_cli("verify", *args)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stdout + r.stderr
+        assert "Traceback" not in r.stderr
+        return r.stderr
+
+    assert "unknown fix 'bogus'" in one_line_exit_2(run_dir, "--fix", "bogus")
+    assert "bad parameter" in one_line_exit_2(run_dir, "--fix", "lr_scale:speed=2")
+    assert "--steps" in one_line_exit_2(run_dir, "--steps", "0")
+    assert one_line_exit_2(tmp_path / "nowhere")
+    meta_path = run_dir / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "world_size": 2}))
+    assert "distributed" in one_line_exit_2(run_dir)
+    meta_path.write_text(json.dumps({**meta, "cwd": str(tmp_path / "gone")}))
+    assert "working directory" in one_line_exit_2(run_dir)
+    meta_path.write_text(json.dumps({k: v for k, v in meta.items() if k != "argv"}))
+    assert "no command to re-run" in one_line_exit_2(run_dir)
+    meta_path.write_text(json.dumps(meta))
+    os.rename(proj / "exploding.py", proj / "moved.py")
+    assert "exploding.py is gone" in one_line_exit_2(run_dir)
