@@ -68,6 +68,28 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
             Kind.loss_plateau,
         )
     ),
+    # a branch that swamps its skip (or a stream that grows block after block) blows activations and gradients
+    # up; a branch that adds nothing leaves the block an identity and the loss stalls
+    Kind.residual_imbalance: Causes(
+        (
+            Kind.exploding_gradient,
+            Kind.vanishing_gradient,
+            Kind.loss_plateau,
+            Kind.unstable_loss,
+            Kind.loss_divergence,
+        )
+    ),
+    # attention logits that grow without bound: loss spikes and divergence, large gradients, overflow; rows
+    # collapsed to one key pass no gradient and the loss stalls
+    Kind.attention_collapse: Causes(
+        (
+            Kind.unstable_loss,
+            Kind.loss_divergence,
+            Kind.exploding_gradient,
+            Kind.non_finite,
+            Kind.loss_plateau,
+        )
+    ),
     Kind.exploding_gradient: Causes(
         (Kind.non_finite, Kind.loss_divergence, Kind.unstable_loss, Kind.dead_activation, Kind.no_gradient)
     ),
