@@ -249,9 +249,10 @@ class ResidStats:
 @dataclass(slots=True)
 class AttnStats:
     """One attention layer on a sampled step (attnprobe.py), recomputed for a few query rows of its first call:
-    max_logit: the largest |q.k| * scale over the keys a row may attend to; entropy / entropy_median: mean and
-    median over rows (and heads) of the rows' entropy divided by log(keys allowed); rows: rows measured;
-    keys: keys per row (before masking); source: "sdpa" (F.scaled_dot_product_attention) or "mha"."""
+    max_logit: the largest q.k * scale (plus a float mask's bias) over the keys a row may attend to;
+    entropy / entropy_median: mean and median over rows (and heads) of the rows' entropy divided by log(keys
+    allowed); rows: rows measured; keys: keys per row (before masking); source: "sdpa"
+    (F.scaled_dot_product_attention) or "mha"."""
 
     source: str
     heads: int

@@ -105,7 +105,7 @@ def _explicit(q, k, allowed, scale):
     n = allowed.sum(-1).float().expand_as(ent)
     keep = n > 1
     norm = ent[keep] / n[keep].log()
-    return z.masked_fill(~allowed, 0).abs().max(), norm.mean(), norm.median()
+    return z.masked_fill(~allowed, -math.inf).max(), norm.mean(), norm.median()
 
 
 def test_sdpa_recomputation_matches_the_attention_weights():

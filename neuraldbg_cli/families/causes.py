@@ -68,8 +68,47 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
             Kind.loss_plateau,
         )
     ),
-    # a branch that swamps its skip (or a stream that grows block after block) blows activations and gradients
-    # up; a branch that adds nothing leaves the block an identity and the loss stalls
+    # (a blow-up also throws residual branches and attention logits far out of scale: when those begin with it,
+    # or after it, they are its consequences; begun well before it, they are its cause: see the rows at the end)
+    Kind.exploding_gradient: Causes(
+        (
+            Kind.non_finite,
+            Kind.loss_divergence,
+            Kind.unstable_loss,
+            Kind.dead_activation,
+            Kind.no_gradient,
+            Kind.residual_imbalance,
+            Kind.attention_collapse,
+        )
+    ),
+    Kind.saturated_activation: Causes((Kind.vanishing_gradient, Kind.loss_plateau)),
+    Kind.dead_activation: Causes((Kind.no_gradient, Kind.vanishing_gradient, Kind.loss_plateau)),
+    Kind.vanishing_gradient: Causes((Kind.loss_plateau, Kind.unchanged_weights)),
+    # a parameter left out of the optimizer keeps the factors multiplied by it at exactly zero gradient
+    # (LoRA's A while B stays 0, a gate that stays closed): then it comes before no_gradient. Weights that
+    # stand still inside the optimizer are a symptom (dead units upstream), not that cause
+    Kind.unchanged_weights: Causes((Kind.loss_plateau,), when=((Kind.no_gradient, "outside_optimizer"),)),
+    Kind.no_gradient: Causes((Kind.loss_plateau, Kind.unchanged_weights)),
+    # a blow-up that wrecks the weights leaves saturated/dead units, faded gradients and a stalled loss
+    Kind.loss_divergence: Causes(
+        (
+            Kind.non_finite,
+            Kind.loss_plateau,
+            Kind.saturated_activation,
+            Kind.dead_activation,
+            Kind.vanishing_gradient,
+            Kind.no_gradient,
+            Kind.residual_imbalance,
+            Kind.attention_collapse,
+        )
+    ),
+    # a wild optimizer pins bounded units at their rails and now and then zeroes whole layers' gradients
+    Kind.unstable_loss: Causes(
+        (Kind.saturated_activation, Kind.no_gradient, Kind.loss_plateau), dated_late=True, needs_training=True
+    ),
+    # listed after the blow-ups they also follow from (an onset shared with one is the blow-up's doing). A branch
+    # that swamps its skip (or a stream that grows block after block) blows activations and gradients up; a
+    # branch that adds nothing leaves the block an identity and the loss stalls
     Kind.residual_imbalance: Causes(
         (
             Kind.exploding_gradient,
@@ -89,31 +128,5 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
             Kind.non_finite,
             Kind.loss_plateau,
         )
-    ),
-    Kind.exploding_gradient: Causes(
-        (Kind.non_finite, Kind.loss_divergence, Kind.unstable_loss, Kind.dead_activation, Kind.no_gradient)
-    ),
-    Kind.saturated_activation: Causes((Kind.vanishing_gradient, Kind.loss_plateau)),
-    Kind.dead_activation: Causes((Kind.no_gradient, Kind.vanishing_gradient, Kind.loss_plateau)),
-    Kind.vanishing_gradient: Causes((Kind.loss_plateau, Kind.unchanged_weights)),
-    # a parameter left out of the optimizer keeps the factors multiplied by it at exactly zero gradient
-    # (LoRA's A while B stays 0, a gate that stays closed): then it comes before no_gradient. Weights that
-    # stand still inside the optimizer are a symptom (dead units upstream), not that cause
-    Kind.unchanged_weights: Causes((Kind.loss_plateau,), when=((Kind.no_gradient, "outside_optimizer"),)),
-    Kind.no_gradient: Causes((Kind.loss_plateau, Kind.unchanged_weights)),
-    # a blow-up that wrecks the weights leaves saturated/dead units, faded gradients and a stalled loss
-    Kind.loss_divergence: Causes(
-        (
-            Kind.non_finite,
-            Kind.loss_plateau,
-            Kind.saturated_activation,
-            Kind.dead_activation,
-            Kind.vanishing_gradient,
-            Kind.no_gradient,
-        )
-    ),
-    # a wild optimizer pins bounded units at their rails and now and then zeroes whole layers' gradients
-    Kind.unstable_loss: Causes(
-        (Kind.saturated_activation, Kind.no_gradient, Kind.loss_plateau), dated_late=True, needs_training=True
     ),
 }
