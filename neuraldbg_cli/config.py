@@ -299,11 +299,63 @@ class Thresholds(BaseModel):
         description="a reduction='sum' over at least this many terms scales every gradient by that factor "
         "against the mean a learning rate is usually tuned for (only reported with an unstable loss)",
     )
+    resid_dead_ratio: float = Field(
+        1e-3,
+        description="a residual branch whose RMS is below this fraction of its skip path's (the block's input) adds "
+        "nothing: healthy blocks sit at 0.1-3; a zero-initialised branch (ReZero, Fixup, zero_init_residual, "
+        "adaLN-zero) starts at 0 but leaves this range within a few steps, which resid_grow tells apart",
+    )
+    resid_grow: float = Field(
+        2.0,
+        description="a branch below resid_dead_ratio whose ratio has grown by this factor since resid_window samples "
+        "before (or from exactly 0 to anything) is a zero-initialised branch that is learning, not a dead one",
+    )
+    resid_window: int = Field(
+        4,
+        description="samples of a block's branch/skip ratio the dead-branch and stream-growth trends are judged "
+        "over (and needed before either is judged): the trend, not the start, decides",
+    )
+    resid_swamp_ratio: float = Field(
+        10.0,
+        description="a residual branch whose RMS is this many times its skip path's swamps it: the block no longer "
+        "passes its input on (the skip's benefit is lost); healthy Pre-LN blocks sit at 0.1-3, the first block "
+        "over a small embedding up to ~5",
+    )
+    resid_stream_growth: float = Field(
+        100.0,
+        description="the residual stream's RMS at the output of a model's last block this many times its RMS at "
+        "the input of its first block (and still rising) grows without bound: a healthy Pre-LN stack of 12-48 "
+        "blocks grows its stream ~sqrt(depth) to ~10x",
+    )
+    attn_logit_max: float = Field(
+        50.0,
+        description="an attention logit (q.k * scale) above this makes softmax rows nearly one-hot (exp(50) ~ 5e21) "
+        "and is the logit growth that precedes loss spikes (the reason for QK-norm): healthy heads stay below ~20",
+    )
+    attn_logit_rise: float = Field(
+        1.5,
+        description="logits above attn_logit_max grow without bound when the largest logit is this factor above "
+        "its value attn_window samples before (a large but stable logit is not growth)",
+    )
+    attn_window: int = Field(
+        3, description="samples of an attention layer's largest logit the rise (attn_logit_rise) is judged over"
+    )
+    attn_entropy_collapsed: float = Field(
+        0.05,
+        description="median over rows (and heads) of the normalised attention entropy (entropy / log(keys)) below "
+        "this: most rows put nearly all their weight on one key. Healthy trained heads sit at 0.2-0.9, "
+        "heads at initialisation near 1",
+    )
+    attn_entropy_start: float = Field(
+        0.3,
+        description="a layer collapsed only when its first sampled median entropy was at least this: a layer that "
+        "is sharp from its first step (an attention built to pick one key) did not collapse",
+    )
 
 
 # the contract's kinds that no rule judges yet: accepted by --fail-on/--stop-on (a gate written for them is valid
 # and never fires) so that a CI job can name every kind of the contract
-CONTRACT_ONLY_KINDS = {"residual_imbalance", "attention_collapse"}
+CONTRACT_ONLY_KINDS: set[str] = set()
 KNOWN_KINDS = {k.value for k in Kind} | CONTRACT_ONLY_KINDS
 
 

@@ -34,6 +34,8 @@ class Kind(str, Enum):
     normalization_fault = (
         "normalization_fault"  # a normalisation layer misbehaves (BatchNorm in eval while training...)
     )
+    residual_imbalance = "residual_imbalance"  # a residual branch adds nothing or swamps its skip; a growing stream
+    attention_collapse = "attention_collapse"  # attention logits grow without bound, rows collapse to one-hot
     loss_misuse = "loss_misuse"  # the loss is called wrongly (broadcasting target, softmax before cross_entropy...)
     rank_divergence = "rank_divergence"  # distributed: replicas that should be identical differ
     rank_desync = "rank_desync"  # distributed: ranks disagree on how far they trained
@@ -90,6 +92,23 @@ class NormState(str, Enum):
     momentum = "momentum"  # momentum >= 0.5: another framework's convention (PyTorch's is the new batch's weight)
 
 
+class ResidualState(str, Enum):
+    """A residual block (families/residual.py): its branch against its skip path, the stream through the blocks."""
+
+    normal = "normal"
+    dead_branch = "dead_branch"  # the branch adds ~nothing to the skip and does not grow while its parameters train
+    swamping = "swamping"  # the branch is many times the skip path it is added to
+    stream_growth = "stream_growth"  # the residual stream's RMS grows block after block, and over training
+
+
+class AttnState(str, Enum):
+    """An attention layer (families/attention.py): its logits and the entropy of its rows."""
+
+    normal = "normal"
+    logit_growth = "logit_growth"  # the largest attention logit is large and still rising
+    collapsed = "collapsed"  # most rows attend to one key (normalised entropy ~0) where they started spread
+
+
 class LossCallState(str, Enum):
     """How a loss is called (families/lossfn.py): what its input and target are against what it expects."""
 
@@ -112,10 +131,25 @@ class EventType(str, Enum):
     run_summary = "run_summary"
     loss_call_health = "loss_call_health"
     normalization_health = "normalization_health"
+    residual_health = "residual_health"
+    attention_health = "attention_health"
 
 
 # Every value neuraldbg writes in the `site` field and in run_summary's `from`/`to` (others are read too)
-SITES = ("output", "activation", "gradient", "weights", "input", "target", "loss", "run", "loss_call", "norm")
+SITES = (
+    "output",
+    "activation",
+    "gradient",
+    "weights",
+    "input",
+    "target",
+    "loss",
+    "run",
+    "loss_call",
+    "norm",
+    "residual",
+    "attention",
+)
 RUN_STATES = ("running", "finished")
 
 
@@ -197,6 +231,39 @@ class NormStats:
 
 
 @dataclass(slots=True)
+class ResidStats:
+    """A residual block on a sampled step (residprobe.py): its output is its input (the skip) plus a branch.
+    skip_rms / branch_rms / out_rms: RMS of the input, of output - input and of the output (None: not measured,
+    a Post-LN block whose output is normalised after the addition); norm: "pre" (a norm inside the branch), "post"
+    (the sum normalised), "none"; found: how the skip was found ("graph": the output's autograd node adds the
+    input; "type": a known block type or name with the input not requiring a gradient)."""
+
+    type: str
+    norm: str
+    found: str
+    skip_rms: float | None = None
+    branch_rms: float | None = None
+    out_rms: float | None = None
+
+
+@dataclass(slots=True)
+class AttnStats:
+    """One attention layer on a sampled step (attnprobe.py), recomputed for a few query rows of its first call:
+    max_logit: the largest q.k * scale (plus a float mask's bias) over the keys a row may attend to;
+    entropy / entropy_median: mean and median over rows (and heads) of the rows' entropy divided by log(keys
+    allowed); rows: rows measured; keys: keys per row (before masking); source: "sdpa"
+    (F.scaled_dot_product_attention) or "mha"."""
+
+    source: str
+    heads: int
+    rows: int
+    keys: int
+    max_logit: float = float("nan")
+    entropy: float = float("nan")
+    entropy_median: float = float("nan")
+
+
+@dataclass(slots=True)
 class LossCallStats:
     """The first call of one loss on a sampled step (lossprobe.py). name: the functional loss (a loss module's
     too, see lossprobe.MODULE_LOSSES), module: the loss module's class (None: called as a function); shapes as
@@ -233,6 +300,8 @@ class StepRecord:
     grads: dict[tuple[str, str], GradStats] = field(default_factory=dict)  # (root, module) -> stats
     norms: dict[tuple[str, str], NormStats] = field(default_factory=dict)  # (root, module) -> sampled steps only
     loss_calls: dict[str, LossCallStats] = field(default_factory=dict)  # loss name -> its first call, sampled steps
+    resid: dict[tuple[str, str], ResidStats] = field(default_factory=dict)  # (root, block) -> sampled steps only
+    attn: dict[tuple[str, str], AttnStats] = field(default_factory=dict)  # (root, module) -> sampled steps only
     time: float | None = None  # when the step closed (perf_counter seconds): per-rank step times
     active: set[str] | None = None  # roots whose forward ran this step (None: unknown, judge all)
     stepped: set[tuple[str, str]] = field(default_factory=set)  # (root, module) an optimizer stepped in this step
@@ -258,6 +327,7 @@ class ModelInfo:
     n_params: int = 0
     order: list[str] = field(default_factory=list)  # observed modules in forward-call order
     wrappers: list[str] = field(default_factory=list)  # DDP, FSDP, torch.compile... around it, outermost first
+    facts: dict[str, Any] = field(default_factory=dict)  # architecture facts (Root.facts): blocks, norms, attention
 
 
 # ---- reasoner output ----

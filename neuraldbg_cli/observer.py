@@ -21,7 +21,7 @@ import torch
 from torch.nn.modules import module as _module
 from torch.nn.modules.loss import _Loss
 
-from neuraldbg_cli import lossprobe, normprobe
+from neuraldbg_cli import attnprobe, lossprobe, normprobe, residprobe
 from neuraldbg_cli import tensorstats as ts
 from neuraldbg_cli.guard import Guard, compiling
 from neuraldbg_cli.provenance import Outputs, Sites, first_tensor, from_outside, loss_target
@@ -42,7 +42,7 @@ _GLOBAL_MODULE_HOOKS = (
 class _Thread:
     """One thread's place in the forward pass."""
 
-    __slots__ = ("depth", "base", "root", "layer", "out")
+    __slots__ = ("depth", "base", "root", "layer", "out", "attn")
 
     def __init__(self) -> None:
         self.depth = 0  # module calls under way in this thread
@@ -50,14 +50,23 @@ class _Thread:
         self.root: Root | None = None  # the trained root whose forward this is
         self.layer: str | None = None  # the last layer with parameters seen: an activation is attributed to it
         self.out: torch.Tensor | None = None  # the last output seen
+        self.attn: tuple | None = None  # sampled steps: (depth, values, layout) of an attention call to attribute
 
 
 class ForwardObserver:
     """The bodies of the global forward hooks and of the torch.nn.functional loss wrappers. `begin()` is
     called when a trained root's call begins (a backward-counted step closes there, see StepClock.due)."""
 
-    def __init__(self, steps: Steps, finder: RootFinder, guard: Guard, begin: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        steps: Steps,
+        finder: RootFinder,
+        guard: Guard,
+        begin: Callable[[], None],
+        models_changed: Callable[[], None] = lambda: None,
+    ) -> None:
         self._steps, self._finder, self._guard, self._begin = steps, finder, guard, begin
+        self._models_changed = models_changed  # a model fact was learnt (a residual block, an attention layer)
         self._off = guard.off  # (the same set: read at every module call)
         self._outputs = Outputs()  # storages of recent model outputs: never data (see provenance)
         self._sites = Sites()  # the call site that gives each data site its statistics (see provenance)
@@ -104,6 +113,12 @@ class ForwardObserver:
             st = self._local.state
         except AttributeError:
             st = self._thread()
+        if st.attn is not None:  # (sampled steps only) an attention call made inside this module's forward
+            try:
+                self._claim_attn(st, module)
+            except Exception as e:  # noqa: BLE001
+                st.attn = None
+                self._guard.fault("attention", e)
         st.depth = max(0, st.depth - 1)
         root = st.root
         if "forward" not in self._off:
@@ -112,7 +127,7 @@ class ForwardObserver:
                 if type(entry) is tuple:
                     self._observe_output(st, root, module, entry, args, output)
                 elif entry is not None:
-                    self._observe_container(st, root, entry, output)
+                    self._observe_container(st, root, entry, module, args, output)
                 if st.depth == 0:
                     if root is not None:
                         self._outputs.add(output)  # a model's output is never data
@@ -124,7 +139,7 @@ class ForwardObserver:
             if self._holder is st:
                 self._holder = None
             st.depth = st.base = 0
-            st.root = st.layer = st.out = None
+            st.root = st.layer = st.out = st.attn = None
 
     def loss_call(self, name: str, args: tuple, kwargs: dict) -> None:
         """The torch.nn.functional loss `name` called by the script. Inside a module (a loss module's own
@@ -141,6 +156,25 @@ class ForwardObserver:
                     self._observe_loss(name, None, lossprobe.loss_input(args, kwargs), target, reduction)
         except Exception as e:  # noqa: BLE001
             self._guard.fault("forward", e)
+
+    def attention_call(self, source: str, args: tuple, kwargs: dict) -> None:
+        """F.scaled_dot_product_attention ("sdpa") or F.multi_head_attention_forward ("mha") called inside a
+        trained root's forward. On sampled steps its first call in a module is recomputed for a few rows
+        (attnprobe) and attributed to the module it was called in, when that module's forward ends."""
+        if not self._steps.buf.sampled or compiling() or not self.losses_on:
+            return
+        off = self._off
+        if "forward" in off or "attention" in off:
+            return
+        try:
+            st = self._thread()
+            if st.root is None or st.depth == 0 or st.attn is not None or not self._training():
+                return
+            found = (attnprobe.sdpa_values if source == "sdpa" else attnprobe.mha_values)(args, kwargs)
+            if found is not None:
+                st.attn = (st.depth, *found)
+        except Exception as e:  # noqa: BLE001
+            self._guard.fault("attention", e)
 
     def foreign_hooks(self) -> bool:
         """Stands in for torch's `_has_any_global_hook`, used (only) by torch.compile(model)'s warning that
@@ -240,6 +274,8 @@ class ForwardObserver:
             # optimizer update, which then shows at the next layer's check
         if flags & CHEAP_ONLY and buf.sampled:
             self._observe_norm(root, name, module, args)
+        if kind == PARAMS and buf.sampled and next(iter(module.children()), None) is not None:
+            self._observe_block(root, name, module, args, output)  # a block with parameters of its own (ReZero)
         st.layer = name if kind == PARAMS or not act else layer  # activations keep the layer's name
         st.out = t
         if name not in root._ordered:  # the order layers first ran in, for the trace
@@ -272,7 +308,57 @@ class ForwardObserver:
         if found is not None:
             buf.extend("loss_call", name, *found)
 
-    def _observe_container(self, st: _Thread, root: Root, name: str, output: Any) -> None:
+    def _claim_attn(self, st: _Thread, module: torch.nn.Module) -> None:
+        """The module whose forward made the pending attention call ends: the values are its (first per step)."""
+        depth, values, lay = st.attn  # type: ignore[misc]
+        if depth < st.depth:  # a module called after the attention (an output projection) ends first
+            return
+        st.attn = None
+        root = st.root
+        entry = root.observed.get(module) if root is not None else None
+        name = entry[0] if type(entry) is tuple else entry
+        if depth != st.depth or root is None or not isinstance(name, str):
+            return
+        buf, key = self._steps.buf, ("attn", root.name, name)
+        if key in buf.seen:
+            return
+        buf.seen.add(key)
+        buf.extend("attn", (root.name, name), values, lay)
+        self._fact(root, "attention", name, {"type": type(module).__name__, "call": lay.source, "heads": lay.heads})
+
+    def _observe_block(self, root: Root, name: str, module: torch.nn.Module, args: tuple, output: Any) -> None:
+        """A module with children on a sampled step: a residual block when its output adds its input
+        (residprobe); its first call per step is measured."""
+        if not name or "residual" in self._off:
+            return
+        buf, key = self._steps.buf, ("resid", root.name, name)
+        if key in buf.seen:
+            return
+        buf.seen.add(key)
+        try:
+            found = residprobe.values(module, first_float(args), first_float(output))
+        except Exception as e:  # noqa: BLE001
+            self._guard.fault("residual", e)
+            return
+        if found is None:
+            return
+        vals, lay = found
+        if lay.measured:
+            buf.extend("resid", (root.name, name), vals, lay)
+        self._fact(root, "residual_blocks", name, {"type": lay.type, "norm": lay.norm})
+
+    def _fact(self, root: Root, what: str, name: str, fact: dict) -> None:
+        """An architecture fact for model.json (Root.facts), announced once."""
+        facts = root.facts.setdefault(what, {})
+        if facts.get(name) != fact:
+            facts[name] = fact
+            self._models_changed()
+
+    def _observe_container(
+        self, st: _Thread, root: Root, name: str, module: torch.nn.Module, args: tuple, output: Any
+    ) -> None:
+        if self._steps.buf.sampled:
+            self._observe_block(root, name, module, args, output)
         t = first_float(output)
         if t is not None and t is not st.out and t.numel() > 0:  # a Sequential just passes its last output
             self._steps.buf.check((root.name, name, "output"), ts.cheap(t))

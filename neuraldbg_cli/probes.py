@@ -74,7 +74,9 @@ class Probe:
         self._finder = RootFinder(self.reg, self.outbox.models_changed, guard)
         self._opts = OptimizerWatch(self._sets, self.outbox.models_changed, guard)
         self._pacer = pacer = StepPacer(steps, guard, self._sets, self._grads, self._opts, self._finder, self.outbox)
-        self._forward = ForwardObserver(steps, self._finder, guard, begin=pacer.close_due)
+        self._forward = ForwardObserver(
+            steps, self._finder, guard, begin=pacer.close_due, models_changed=self.outbox.models_changed
+        )
         self._backward = BackwardWatch(steps, pacer.clock, guard, begin=pacer.close_due, end=pacer.backward_end)
         self.hooks = HookSet()
 
@@ -101,6 +103,10 @@ class Probe:
         for name in (*FLOAT_TARGET_LOSSES, *EXTRA_LOSSES):
             if name in F.__dict__:
                 h.patch(F, name, wrap_loss(F.__dict__[name], partial(fwd.loss_call, name)))
+        # attention: nn.MultiheadAttention calls the first, which calls the second when it needs no weights
+        for name, source in (("multi_head_attention_forward", "mha"), ("scaled_dot_product_attention", "sdpa")):
+            if name in F.__dict__:
+                h.patch(F, name, wrap_loss(F.__dict__[name], partial(fwd.attention_call, source)))
         return h
 
     def close(self) -> None:

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import torch
 
 from neuraldbg_cli import tensorstats as ts
-from neuraldbg_cli.events import ActStats, GradStats, LossCallStats, NormStats, StepRecord
+from neuraldbg_cli.events import ActStats, AttnStats, GradStats, LossCallStats, NormStats, ResidStats, StepRecord
 from neuraldbg_cli.guard import Guard
 
 # Checks one step holds before repeated keys are folded (StepBuffer.check): a few per module and forward, so
@@ -235,6 +235,10 @@ def _place(rec: StepRecord, what: str, key: Any, chunk: list[float], extra: Any)
         _place_norm(rec, key, chunk, extra)
     elif what == "loss_call":  # key: the loss name; extra: a lossprobe.LossLayout
         _place_loss_call(rec, key, chunk, extra)
+    elif what == "resid":  # key: (root, block); extra: a residprobe.ResidLayout
+        _place_resid(rec, key, chunk, extra)
+    elif what == "attn":  # key: (root, module); extra: an attnprobe.AttnLayout
+        _place_attn(rec, key, chunk, extra)
     elif what == "checksum":  # per parameter, kept apart: the module changed if any of its parameters did
         for owner, v in zip(key, chunk):
             gs = rec.grads.get(owner)
@@ -281,3 +285,12 @@ def _place_loss_call(rec: StepRecord, key: str, chunk: list[float], lay: Any) ->
         chunk[2] if lay.row_sums else None,
         lay.source,
     )
+
+
+def _place_resid(rec: StepRecord, key: tuple[str, str], chunk: list[float], lay: Any) -> None:
+    skip, branch, out = chunk
+    rec.resid[key] = ResidStats(lay.type, lay.norm, lay.found, skip, branch, out)
+
+
+def _place_attn(rec: StepRecord, key: tuple[str, str], chunk: list[float], lay: Any) -> None:
+    rec.attn[key] = AttnStats(lay.source, lay.heads, lay.rows, lay.keys, chunk[0], chunk[1], chunk[2])

@@ -14,6 +14,7 @@ import torch
 from neuraldbg_cli.events import ModelInfo, ModuleInfo
 from neuraldbg_cli.provenance import items_of
 from neuraldbg_cli.tensorstats import CHEAP_ONLY, DEAD, FINITE_PRESERVING, NORMS, RELU_LIKE, SAT_FLAGS, holds
+from neuraldbg_cli.vocab import ACTIVATION_TYPES, is_norm
 
 PARAMS, SAFE, OTHER = 0, 1, 2  # an observed module: has parameters; finite-preserving; anything else
 
@@ -144,6 +145,7 @@ class Root:
         self.n_modules = 0
         self.n_params = 0
         self.wrappers: list[str] = []  # DDP, FSDP, torch.compile... around the model, outermost first
+        self.facts: dict[str, Any] = {}  # architecture facts the forward pass showed (observer._fact)
 
     @property
     def params(self) -> list[tuple[str, torch.nn.Parameter]]:
@@ -170,7 +172,19 @@ class Root:
             n_params=self.n_params,
             order=list(self.order),
             wrappers=list(self.wrappers),
+            facts=self._facts(),
         )
+
+    def _facts(self) -> dict[str, Any]:
+        """What the forward pass showed (residual blocks and their norm placement, attention layers), and the
+        model's norm and activation types."""
+        facts: dict[str, Any] = {k: dict(v) for k, v in self.facts.items()}
+        module = self.ref()
+        if module is not None:
+            types = {type(m).__name__ for m in module.modules()}
+            facts["norm_types"] = sorted(t for t in types if is_norm(t))
+            facts["activation_types"] = sorted(types & ACTIVATION_TYPES)
+        return facts
 
 
 def _observe(root: Root, name: str, m: torch.nn.Module, own: bool) -> None:

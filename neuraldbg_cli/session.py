@@ -322,6 +322,7 @@ def _model_doc(models: list[Any], optimizers: Any) -> dict[str, Any]:
                 "order": m.order,
                 "modules": {n: vars(i) for n, i in m.modules.items()},
                 **({"wrappers": m.wrappers} if m.wrappers else {}),
+                **({"facts": m.facts} if m.facts else {}),
             }
             for m in models
         ],

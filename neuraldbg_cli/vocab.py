@@ -71,6 +71,24 @@ FINITE_PRESERVING_TYPES = (
         "Softmin",
     }
 )
+# activation functions (torch.nn's), for the model's description
+ACTIVATION_TYPES = (
+    SATURATING_TYPES
+    | RELU_TYPES
+    | {
+        "LeakyReLU",
+        "PReLU",
+        "ELU",
+        "SELU",
+        "CELU",
+        "GELU",
+        "SiLU",
+        "Mish",
+        "Hardswish",
+        "Softplus",
+        "GLU",
+    }
+)
 # lookup tables: their weight is a table of rows, not a matrix that multiplies (no gradient-depth analysis),
 # and their gradient can be sparse
 EMBEDDING_TYPES = frozenset({"Embedding", "EmbeddingBag"})

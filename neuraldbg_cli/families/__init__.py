@@ -12,7 +12,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from neuraldbg_cli.events import CROSS_RANK_KINDS, Kind
-from neuraldbg_cli.families import activations, data, gradients, loss, lossfn, nonfinite, normalization, weights
+from neuraldbg_cli.families import (
+    activations,
+    attention,
+    data,
+    gradients,
+    loss,
+    lossfn,
+    nonfinite,
+    normalization,
+    residual,
+    weights,
+)
 from neuraldbg_cli.families.base import Family, Rule
 
 # observed in this order within a step: it fixes the order of one step's events in the trace
@@ -25,6 +36,8 @@ FAMILIES: tuple[Family, ...] = (
     nonfinite.FAMILY,
     normalization.FAMILY,
     lossfn.FAMILY,
+    residual.FAMILY,
+    attention.FAMILY,
 )
 
 

@@ -68,8 +68,18 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
             Kind.loss_plateau,
         )
     ),
+    # (a blow-up also throws residual branches and attention logits far out of scale: when those begin with it,
+    # or after it, they are its consequences; begun well before it, they are its cause: see the rows at the end)
     Kind.exploding_gradient: Causes(
-        (Kind.non_finite, Kind.loss_divergence, Kind.unstable_loss, Kind.dead_activation, Kind.no_gradient)
+        (
+            Kind.non_finite,
+            Kind.loss_divergence,
+            Kind.unstable_loss,
+            Kind.dead_activation,
+            Kind.no_gradient,
+            Kind.residual_imbalance,
+            Kind.attention_collapse,
+        )
     ),
     Kind.saturated_activation: Causes((Kind.vanishing_gradient, Kind.loss_plateau)),
     Kind.dead_activation: Causes((Kind.no_gradient, Kind.vanishing_gradient, Kind.loss_plateau)),
@@ -88,10 +98,35 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
             Kind.dead_activation,
             Kind.vanishing_gradient,
             Kind.no_gradient,
+            Kind.residual_imbalance,
+            Kind.attention_collapse,
         )
     ),
     # a wild optimizer pins bounded units at their rails and now and then zeroes whole layers' gradients
     Kind.unstable_loss: Causes(
         (Kind.saturated_activation, Kind.no_gradient, Kind.loss_plateau), dated_late=True, needs_training=True
+    ),
+    # listed after the blow-ups they also follow from (an onset shared with one is the blow-up's doing). A branch
+    # that swamps its skip (or a stream that grows block after block) blows activations and gradients up; a
+    # branch that adds nothing leaves the block an identity and the loss stalls
+    Kind.residual_imbalance: Causes(
+        (
+            Kind.exploding_gradient,
+            Kind.vanishing_gradient,
+            Kind.loss_plateau,
+            Kind.unstable_loss,
+            Kind.loss_divergence,
+        )
+    ),
+    # attention logits that grow without bound: loss spikes and divergence, large gradients, overflow; rows
+    # collapsed to one key pass no gradient and the loss stalls
+    Kind.attention_collapse: Causes(
+        (
+            Kind.unstable_loss,
+            Kind.loss_divergence,
+            Kind.exploding_gradient,
+            Kind.non_finite,
+            Kind.loss_plateau,
+        )
     ),
 }

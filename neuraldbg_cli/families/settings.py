@@ -72,6 +72,8 @@ def learning_rate_setting(ctx: Context) -> SettingCause | None:
                 Kind.loss_plateau,
                 Kind.no_gradient,
                 Kind.vanishing_gradient,
+                Kind.residual_imbalance,  # branches and logits thrown out of scale by the oversized steps
+                Kind.attention_collapse,
             ),
         ),
         _evidence(evs, 3),
