@@ -21,8 +21,9 @@ import torch
 from torch.nn.modules import module as _module
 from torch.nn.modules.loss import _Loss
 
-from neuraldbg_cli import attnprobe, lossprobe, normprobe, residprobe
+from neuraldbg_cli import attnprobe, lossprobe
 from neuraldbg_cli import tensorstats as ts
+from neuraldbg_cli.archreader import ArchReader
 from neuraldbg_cli.guard import Guard, compiling
 from neuraldbg_cli.provenance import Outputs, Sites, first_tensor, from_outside, loss_target
 from neuraldbg_cli.records import Steps
@@ -66,7 +67,7 @@ class ForwardObserver:
         models_changed: Callable[[], None] = lambda: None,
     ) -> None:
         self._steps, self._finder, self._guard, self._begin = steps, finder, guard, begin
-        self._models_changed = models_changed  # a model fact was learnt (a residual block, an attention layer)
+        self._arch = ArchReader(steps, guard, models_changed)  # what layers are: norms, losses, attention, blocks
         self._off = guard.off  # (the same set: read at every module call)
         self._outputs = Outputs()  # storages of recent model outputs: never data (see provenance)
         self._sites = Sites()  # the call site that gives each data site its statistics (see provenance)
@@ -115,7 +116,7 @@ class ForwardObserver:
             st = self._thread()
         if st.attn is not None:  # (sampled steps only) an attention call made inside this module's forward
             try:
-                self._claim_attn(st, module)
+                self._arch.claim_attention(st, module)
             except Exception as e:  # noqa: BLE001
                 st.attn = None
                 self._guard.fault("attention", e)
@@ -153,7 +154,7 @@ class ForwardObserver:
                     self._observe_target(target)
                 if self._steps.buf.sampled:
                     reduction = kwargs.get("reduction", "mean") if kwargs else "mean"
-                    self._observe_loss(name, None, lossprobe.loss_input(args, kwargs), target, reduction)
+                    self._arch.loss(name, None, lossprobe.loss_input(args, kwargs), target, reduction)
         except Exception as e:  # noqa: BLE001
             self._guard.fault("forward", e)
 
@@ -196,7 +197,7 @@ class ForwardObserver:
                 name = lossprobe.module_loss(module)
                 if name is not None:
                     x = lossprobe.loss_input(args, {})
-                    self._observe_loss(name, module, x, target, str(getattr(module, "reduction", "mean")))
+                    self._arch.loss(name, module, x, target, str(getattr(module, "reduction", "mean")))
             return
         found = self._finder.find(module)
         if found is None:
@@ -273,92 +274,20 @@ class ForwardObserver:
             # normalisation layer: its weights turn NaN through a gradient (checked every step) or a broken
             # optimizer update, which then shows at the next layer's check
         if flags & CHEAP_ONLY and buf.sampled:
-            self._observe_norm(root, name, module, args)
+            self._arch.norm(root, name, module, args)
         if kind == PARAMS and buf.sampled and next(iter(module.children()), None) is not None:
-            self._observe_block(root, name, module, args, output)  # a block with parameters of its own (ReZero)
+            self._arch.block(root, name, module, args, output)  # a block with parameters of its own (ReZero)
         st.layer = name if kind == PARAMS or not act else layer  # activations keep the layer's name
         st.out = t
         if name not in root._ordered:  # the order layers first ran in, for the trace
             root._ordered.add(name)
             root.order.append(name)
 
-    def _observe_norm(self, root: Root, name: str, module: torch.nn.Module, args: tuple) -> None:
-        """A normalisation layer on a sampled step: its statistics at the first call, its mode at every call
-        (a grad-enabled evaluation pass in eval mode must not hide that the training forwards ran in train mode)."""
-        buf, key = self._steps.buf, (root.name, name)
-        if module.training:
-            buf.norm_train.add(key)
-        nkey = ("norm", *key)
-        if nkey in buf.seen:
-            return
-        buf.seen.add(nkey)
-        found = normprobe.values(module, first_float(args))
-        if found is not None:
-            buf.extend("norm", key, *found)
-
-    def _observe_loss(
-        self, name: str, module: torch.nn.Module | None, x: torch.Tensor | None, t: torch.Tensor | None, red: str
-    ) -> None:
-        """A loss call on a sampled step: its first call of the step (per loss name) is read (lossprobe)."""
-        buf, key = self._steps.buf, ("loss_call", name)
-        if x is None or key in buf.seen:
-            return
-        buf.seen.add(key)
-        found = lossprobe.values(name, x, t, red, type(module).__name__ if module is not None else None)
-        if found is not None:
-            buf.extend("loss_call", name, *found)
-
-    def _claim_attn(self, st: _Thread, module: torch.nn.Module) -> None:
-        """The module whose forward made the pending attention call ends: the values are its (first per step)."""
-        depth, values, lay = st.attn  # type: ignore[misc]
-        if depth < st.depth:  # a module called after the attention (an output projection) ends first
-            return
-        st.attn = None
-        root = st.root
-        entry = root.observed.get(module) if root is not None else None
-        name = entry[0] if type(entry) is tuple else entry
-        if depth != st.depth or root is None or not isinstance(name, str):
-            return
-        buf, key = self._steps.buf, ("attn", root.name, name)
-        if key in buf.seen:
-            return
-        buf.seen.add(key)
-        buf.extend("attn", (root.name, name), values, lay)
-        self._fact(root, "attention", name, {"type": type(module).__name__, "call": lay.source, "heads": lay.heads})
-
-    def _observe_block(self, root: Root, name: str, module: torch.nn.Module, args: tuple, output: Any) -> None:
-        """A module with children on a sampled step: a residual block when its output adds its input
-        (residprobe); its first call per step is measured."""
-        if not name or "residual" in self._off:
-            return
-        buf, key = self._steps.buf, ("resid", root.name, name)
-        if key in buf.seen:
-            return
-        buf.seen.add(key)
-        try:
-            found = residprobe.values(module, first_float(args), first_float(output))
-        except Exception as e:  # noqa: BLE001
-            self._guard.fault("residual", e)
-            return
-        if found is None:
-            return
-        vals, lay = found
-        if lay.measured:
-            buf.extend("resid", (root.name, name), vals, lay)
-        self._fact(root, "residual_blocks", name, {"type": lay.type, "norm": lay.norm})
-
-    def _fact(self, root: Root, what: str, name: str, fact: dict) -> None:
-        """An architecture fact for model.json (Root.facts), announced once."""
-        facts = root.facts.setdefault(what, {})
-        if facts.get(name) != fact:
-            facts[name] = fact
-            self._models_changed()
-
     def _observe_container(
         self, st: _Thread, root: Root, name: str, module: torch.nn.Module, args: tuple, output: Any
     ) -> None:
         if self._steps.buf.sampled:
-            self._observe_block(root, name, module, args, output)
+            self._arch.block(root, name, module, args, output)
         t = first_float(output)
         if t is not None and t is not st.out and t.numel() > 0:  # a Sequential just passes its last output
             self._steps.buf.check((root.name, name, "output"), ts.cheap(t))
