@@ -59,6 +59,23 @@ class Thresholds(BaseModel):
         "tells nothing about depth",
     )
     vanish_abs: float = Field(1e-10, description="gradient RMS this small is vanishing whatever the other layers do")
+    fade_factor: float = Field(
+        20.0,
+        description="a model's whole gradient norm this many times below its own early level (the median of its "
+        "first baseline_samples samples with a gradient), held, while its own loss did not improve, is vanishing "
+        "over time: all layers shrink together, which the per-layer comparison with the largest layer cannot see; "
+        "a learning model's gradient falls a few times as its loss falls, not 20x with a loss that does not",
+    )
+    fade_loss_gain: float = Field(
+        0.1,
+        description="a loss that got this fraction of its early level (in absolute value) lower has improved: "
+        "a faded gradient then is convergence, not a model that stopped learning",
+    )
+    fade_lookback: int = Field(
+        30,
+        description="steps a gradient fade is dated back at most (to the sample after the last one at its early "
+        "level): bounds how long events are held for ordering",
+    )
     explode_growth: float = Field(1e3, description="gradient RMS this many times its own early baseline is exploding")
     baseline_peer_ratio: float = Field(
         1e-2,

@@ -134,7 +134,7 @@ def rank(
         return (
             entry is not None
             and cause.confidence >= presence
-            and entry.can_cause(cause, effect.kind)
+            and entry.can_cause(cause, effect)
             and not (entry.needs_training and not effect.origin.step)
             and _onset(cause) <= _onset(effect) + slack + (loss_window if entry.dated_late else 0)
         )

@@ -98,3 +98,56 @@ def test_reasoner_stack_does_not_import_torch():
     code = ("import sys, neuraldbg_cli.reasoner, neuraldbg_cli.monitor, neuraldbg_cli.renderers, neuraldbg_cli.cli; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+
+
+def _gan_records(g_scale, g_loss, d_loss, steps=120, every=10):
+    """Two models trained against each other (separate loss series in every step), sampled like a run:
+    every step at first, then every `every` steps. g_scale(step): G's per-layer gradient norm."""
+    mods = {f"main.{i}": ModuleInfo(name=f"main.{i}", type="Linear", params=100, weight_ndim2=True,
+                                    in_optimizer=True) for i in range(3)}
+    models = [ModelInfo(name=n, cls=n, modules=dict(mods), order=list(mods)) for n in ("G", "D")]
+    recs = []
+    for step in range(steps):
+        sampled = step <= 10 or step % every == 0
+        rec = StepRecord(step=step, sampled=sampled, losses={"D": d_loss(step), "G": g_loss(step)},
+                         active={"G", "D"})
+        if sampled:
+            for i in range(3):
+                # G is read at D's optimizer step on the first step: no gradient yet
+                rec.grads[("G", f"main.{i}")] = GradStats(norm=None if step == 0 else g_scale(step), numel=100)
+                rec.grads[("D", f"main.{i}")] = GradStats(norm=1.0, numel=100)
+        recs.append(rec)
+    return models, recs
+
+
+def _run(models, recs):
+    events = []
+    mon = Monitor(TH, events.append)
+    mon.set_models(models)
+    for rec in recs:
+        mon.observe(rec)
+    mon.finish()
+    assert [e.step for e in events] == sorted(e.step for e in events)  # dated back, still written in order
+    return events
+
+
+def test_whole_model_gradient_fading_while_its_loss_does_not_improve_is_vanishing():
+    """All of G's layers shrink together (no layer small against the largest): only its whole gradient against
+    its own early level shows it. Dated where the decline began, not where it was confirmed."""
+    models, recs = _gan_records(lambda s: 5.0 if s < 8 else 5.0 * math.exp(-(s - 8) / 12),
+                                g_loss=lambda s: -0.5 + 0.004 * s, d_loss=lambda s: 1.0 * math.exp(-s / 15))
+    fades = [e for e in _run(models, recs) if e.site == "model_gradient"]
+    assert [(e.root, e.to, e.module) for e in fades] == [("G", "vanishing", "main.0")]
+    assert 8 <= fades[0].step <= 30 and fades[0].metrics["fade"] >= TH.fade_factor
+    assert fades[0].metrics["game"] == 1.0 and fades[0].metrics["rival_loss_ratio"] < 0.1
+
+
+def test_gradient_fading_as_the_loss_falls_is_convergence():
+    models, recs = _gan_records(lambda s: 5.0 * math.exp(-s / 10), g_loss=lambda s: 2.0 * math.exp(-s / 10),
+                                d_loss=lambda s: 1.0)
+    assert not [e for e in _run(models, recs) if e.site == "model_gradient"]
+
+
+def test_gradient_drifting_down_a_few_times_is_healthy():
+    models, recs = _gan_records(lambda s: 5.0 / (1 + s / 20), g_loss=lambda s: 1.0, d_loss=lambda s: 1.0)
+    assert not [e for e in _run(models, recs) if e.site == "model_gradient"]

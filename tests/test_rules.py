@@ -105,3 +105,50 @@ def test_event_schema_is_spelled_once_in_effect():
 
     hint = typing.get_type_hints(SemanticEvent)["schema_"]
     assert typing.get_args(hint) == (EVENT_SCHEMA,)
+
+
+def _gan_models():
+    mods = {f"main.{i}": {"type": t, "params": p} for i, (t, p) in enumerate([("Conv2d", 10), ("LeakyReLU", 0),
+                                                                            ("Conv2d", 10), ("Sigmoid", 0)])}
+    return [{"name": n, "order": [*mods, "main"], "modules": dict(mods, main={"type": "Sequential", "params": 0})}
+            for n in ("Generator", "Discriminator")]
+
+
+def _gan_events(rival_loss_ratio):
+    fade = SemanticEvent(type="gradient_health_transition", step=20, module="main.0", root="Generator",
+                         from_="healthy", to="vanishing", site="model_gradient",
+                         metrics={"grad_norm": 0.2, "early_norm": 6.0, "fade": 30.0, "loss_early": -0.44,
+                                  "loss_now": -0.004, "game": 1.0, "rival_loss_ratio": rival_loss_ratio})
+    sat = SemanticEvent(type="activation_regime_shift", step=20, module="main.2", root="Discriminator",
+                        from_="normal", to="saturated", site="activation", metrics={"sat_frac": 1.0})
+    return [sat, fade]
+
+
+def test_discriminator_winning_outright_is_the_cause_of_its_saturated_output():
+    """G's whole gradient faded while D's loss went to 0 and D's output Sigmoid saturated: the story is D
+    winning outright (G's gradient vanished), ranked as the cause of the saturation; a model's final Sigmoid
+    is never told to switch to ReLU."""
+    ctx = Context(events=_gan_events(0.006), models=_gan_models())
+    hyps = rank([h for h in (r(ctx) for r in RULES) if h], slack=10)
+    assert [h.kind for h in hyps] == [Kind.vanishing_gradient, Kind.saturated_activation]
+    top, sat = hyps
+    assert top.summary.startswith("The discriminator wins outright") and top.origin.root == "Generator"
+    assert any("-log D(G(z))" in s for s in top.suggestions) and any("BCEWithLogits" in s for s in top.suggestions)
+    assert sat.caused_by == Kind.vanishing_gradient
+    assert not any("ReLU" in s for h in hyps for s in h.suggestions)
+
+
+def test_a_faded_model_whose_opponent_does_not_win_is_a_plain_fade():
+    ctx = Context(events=_gan_events(0.8), models=_gan_models())
+    h = next(r for r in RULES if r.__name__ == "vanishing_gradient")(ctx)
+    assert "whole gradient faded over time" in h.summary and "wins outright" not in h.summary
+
+
+def test_hidden_saturated_activation_still_suggests_relu():
+    models = [{"name": "Net", "order": ["a", "b", "c"], "modules": {"a": {"type": "Linear", "params": 4},
+                                                                     "b": {"type": "Tanh", "params": 0},
+                                                                     "c": {"type": "Linear", "params": 4}}}]
+    evs = [SemanticEvent(type="activation_regime_shift", step=3, module="b", root="Net", from_="normal",
+                         to="saturated", site="output", metrics={"sat_frac": 0.9})]
+    h = next(r for r in RULES if r.__name__ == "saturated_activation")(Context(events=evs, models=models))
+    assert any("ReLU" in s for s in h.suggestions)

@@ -165,13 +165,27 @@ def dead_activation(ctx: Context) -> Hypothesis | None:
 
 
 def saturated_activation(ctx: Context) -> Hypothesis | None:
-    tips = ["normalise the inputs and use a smaller (Xavier) initialisation so pre-activations stay near 0"]
-    tips.append(
-        "switch to ReLU/GELU"
-        if _model_has(ctx, is_norm)
-        else "add BatchNorm/LayerNorm before the activation, or switch to ReLU/GELU"
-    )
-    swap = [fix("activation_swap", tips[-1], to="ReLU")] if _model_has(ctx, SATURATING_TYPES.__contains__) else []
+    """Saturated bounded units. At a model's output (its final Sigmoid/Tanh) they are the output itself: a
+    classifier that is sure, or a loss that pushes it to a rail; swapping the activation (ReLU) would change
+    what the model outputs, so the advice there is about the loss and the balance of training."""
+    evs = ctx.select(types=[EventType.activation_regime_shift.value], to=["saturated"])
+    swap = []
+    if evs and all(ctx.output_side(e.root, e.module) for e in evs):
+        tips = [
+            "the model's output activation is pinned at its rails (outputs ~0/1): return logits and use "
+            "nn.BCEWithLogitsLoss / nn.CrossEntropyLoss, and check the loss and the targets it is trained on",
+            "when it is a discriminator or critic trained against another model: it wins outright; balance the "
+            "two (its learning rate, its updates per step), and label smoothing or spectral norm",
+        ]
+    else:
+        tips = ["normalise the inputs and use a smaller (Xavier) initialisation so pre-activations stay near 0"]
+        tips.append(
+            "switch to ReLU/GELU"
+            if _model_has(ctx, is_norm)
+            else "add BatchNorm/LayerNorm before the activation, or switch to ReLU/GELU"
+        )
+        if _model_has(ctx, SATURATING_TYPES.__contains__):
+            swap.append(fix("activation_swap", tips[-1], to="ReLU"))
     return _activation_rule(
         ctx,
         "saturated",

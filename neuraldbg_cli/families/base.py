@@ -229,6 +229,19 @@ class Context:
     def position(self, root: str | None, module: str | None) -> int:
         return self._order.get((root, module), 10**6)
 
+    def output_side(self, root: str | None, module: str | None) -> bool:
+        """Whether the module is its model's output layer or comes after it in the forward pass (the final
+        Sigmoid/Tanh, or the output layer's activation site): what it emits is the model's output."""
+        for m in self.models:
+            if m.get("name") != root:
+                continue
+            modules, order = m.get("modules") or {}, m.get("order") or []
+            layers = [n for n in order if isinstance(modules.get(n), dict) and modules[n].get("params")]
+            if not layers or module not in order:
+                return False
+            return order.index(module) >= order.index(layers[-1])
+        return False
+
     def module_types(self) -> dict[str, str]:
         return {name: info.get("type", "") for m in self.models for name, info in (m.get("modules") or {}).items()}
 

@@ -17,9 +17,13 @@ class Causes:
     #                          may be up to `loss_window` steps after the effects it caused
     needs_training: bool = False  # arises from the updates: cannot explain what is present at step 0
     when: tuple[tuple[Kind, str], ...] = ()  # effects it has only when the cause shows a condition (CONDITIONS)
+    unless: tuple[tuple[Kind, str], ...] = ()  # effects it does not have when the effect shows a condition
 
-    def can_cause(self, cause: Hypothesis, effect: Kind) -> bool:
-        return effect in self.effects or any(k == effect and CONDITIONS[c](cause) for k, c in self.when)
+    def can_cause(self, cause: Hypothesis, effect: Hypothesis) -> bool:
+        kind = effect.kind
+        if any(k == kind and CONDITIONS[c](effect) for k, c in self.unless):
+            return False
+        return kind in self.effects or any(k == kind and CONDITIONS[c](cause) for k, c in self.when)
 
 
 def _outside_optimizer(h: Hypothesis) -> bool:
@@ -27,7 +31,23 @@ def _outside_optimizer(h: Hypothesis) -> bool:
     return any(e.get("in_optimizer") == 0.0 for e in h.evidence)
 
 
-CONDITIONS: dict[str, Callable[[Hypothesis], bool]] = {"outside_optimizer": _outside_optimizer}
+RIVAL_WINS = 0.1  # an opponent whose loss fell to this fraction of its early level (or less) wins outright
+
+
+def _opponent_wins(h: Hypothesis) -> bool:
+    """A model's gradient that vanished because the model it is trained against wins outright (a GAN's
+    discriminator, see gradients.ModelFade): the opponent's saturated output is part of that story, its
+    consequence."""
+    return any(
+        e.get("site") == "model_gradient" and e.get("game") and (e.get("rival_loss_ratio") or 1.0) <= RIVAL_WINS
+        for e in h.evidence
+    )
+
+
+CONDITIONS: dict[str, Callable[[Hypothesis], bool]] = {
+    "outside_optimizer": _outside_optimizer,
+    "opponent_wins": _opponent_wins,
+}
 
 
 CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the first cause that holds
@@ -81,9 +101,15 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
             Kind.attention_collapse,
         )
     ),
-    Kind.saturated_activation: Causes((Kind.vanishing_gradient, Kind.loss_plateau)),
+    # saturated units squash the gradient behind them; but a vanished gradient of a model beaten outright by
+    # its opponent is the cause of that opponent's sure (saturated) output, not its effect
+    Kind.saturated_activation: Causes(
+        (Kind.vanishing_gradient, Kind.loss_plateau), unless=((Kind.vanishing_gradient, "opponent_wins"),)
+    ),
     Kind.dead_activation: Causes((Kind.no_gradient, Kind.vanishing_gradient, Kind.loss_plateau)),
-    Kind.vanishing_gradient: Causes((Kind.loss_plateau, Kind.unchanged_weights)),
+    Kind.vanishing_gradient: Causes(
+        (Kind.loss_plateau, Kind.unchanged_weights), when=((Kind.saturated_activation, "opponent_wins"),)
+    ),
     # a parameter left out of the optimizer keeps the factors multiplied by it at exactly zero gradient
     # (LoRA's A while B stays 0, a gate that stays closed): then it comes before no_gradient. Weights that
     # stand still inside the optimizer are a symptom (dead units upstream), not that cause

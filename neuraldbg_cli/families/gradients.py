@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from collections import deque
+from dataclasses import dataclass, field
 
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import EventType, GradState, Hypothesis, Kind, ModelInfo, StepRecord
@@ -16,6 +18,7 @@ from neuraldbg_cli.families.advice import lower_lr, lower_lr_fix
 from neuraldbg_cli.families.base import (
     Board,
     Context,
+    Event,
     Family,
     Observer,
     _finite,
@@ -27,10 +30,12 @@ from neuraldbg_cli.families.base import (
     _spread_confidence,
     _still,
 )
+from neuraldbg_cli.families.causes import RIVAL_WINS
 from neuraldbg_cli.fixspec import fix
 from neuraldbg_cli.vocab import RNN_TYPES, SATURATING_TYPES, is_norm, is_residual
 
 _DIGITS = re.compile(r"\d+")  # block numbers in module names
+FADE_SITE = "model_gradient"  # the site of a whole model's gradient fading over time (see ModelFade)
 
 
 def classify_gradient(
@@ -63,6 +68,74 @@ def classify_gradient(
     return GradState.healthy.value
 
 
+@dataclass
+class LossTrack:
+    """One loss series as the fade test reads it: its first few values and its latest ones."""
+
+    first: list[float] = field(default_factory=list)
+    recent: deque[float] = field(default_factory=lambda: deque(maxlen=10))
+
+    def add(self, loss: float, keep: int) -> None:
+        if math.isfinite(loss):
+            if len(self.first) < keep:
+                self.first.append(loss)
+            self.recent.append(loss)
+
+    def levels(self) -> tuple[float, float] | None:
+        """(early, now): medians of the first and of the latest values; None while too few."""
+        if len(self.first) < 3 or len(self.recent) < 3:
+            return None
+        return statistics.median(self.first), statistics.median(self.recent)
+
+
+@dataclass
+class ModelFade:
+    """A whole model's gradient norm over time, against its own early level.
+
+    Why: the per-layer test compares a layer with the largest layer of the same model at the same step, so a
+    model whose layers all shrink together (a GAN generator behind a discriminator that wins outright, a
+    network whose weights collapse) never shows a vanishing layer. Its total gradient norm, compared with
+    its own early level (the median of its first samples once it gets gradients: one odd batch does not set
+    it), shows it. A learning model's gradient falls too as its loss falls (convergence): only a fall by a
+    large factor while its own loss did not improve is a gradient that vanished."""
+
+    early: list[float] = field(default_factory=list)
+    high_step: int | None = None  # the last sample at or above the early level
+    declining: bool = False  # the latest sample is clearly below the early level (fade_factor ** 0.25 times)
+    held: int = 0  # the earliest step it told the monitor it might still date a fade at (see floor)
+
+    def judge(self, step: int, norm: float, loss: tuple[float, float] | None, th: Thresholds) -> tuple[str, int]:
+        """(state, onset) of one sample: vanishing, dated where the decline began (the sample after the last
+        one at the early level, at most fade_lookback steps back), or healthy."""
+        if len(self.early) < th.baseline_samples:
+            self.early.append(norm)
+            self.high_step = step
+            return GradState.healthy.value, step
+        level = statistics.median(self.early)
+        if norm >= level:
+            self.high_step = step
+        onset = max(self.onset(step, th), self.held)
+        self.declining = norm * th.fade_factor**0.25 < level
+        if loss is None or norm * th.fade_factor > level:
+            return GradState.healthy.value, step
+        early, now = loss
+        if early - now > th.fade_loss_gain * abs(early):
+            return GradState.healthy.value, step  # its loss improved: convergence, not a vanished gradient
+        return GradState.vanishing.value, onset
+
+    def onset(self, now: int, th: Thresholds) -> int:
+        """The step a fade seen at `now` is dated at: where the decline began, at most fade_lookback back."""
+        start = self.high_step + 1 if self.high_step is not None else now
+        return min(now, max(start, now - th.fade_lookback))
+
+    def floor(self, now: int, th: Thresholds) -> int:
+        """The earliest step a fade seen later could still be dated at: only a model clearly into a decline holds
+        events back (a healthy gradient drifting down a little must not delay every event by fade_lookback);
+        the others' fades are dated no earlier than now."""
+        self.held = max(self.held, self.onset(now, th) if self.declining else now)
+        return self.held
+
+
 class GradientObserver(Observer):
     """Per step, per model trained in it: each module's gradient RMS, classified and fed to its machine."""
 
@@ -70,11 +143,19 @@ class GradientObserver(Observer):
         super().__init__(board)
         self.grad_base: dict[tuple, list[float]] = {}
         self.got_grad: set[tuple] = set()
+        self.fades: dict[str, ModelFade] = {}  # root -> its whole gradient norm over time
+        self.loss_tracks: dict[str, LossTrack] = {}  # loss series -> its early and latest values
+        self.game = False  # several loss series reported in one step: models trained against each other
 
     def observe(self, rec: StepRecord) -> None:
+        for series, loss in rec.losses.items():
+            self.loss_tracks.setdefault(series, LossTrack()).add(loss, self.th.loss_level_window)
+        self.game = self.game or len(rec.losses) > 1
         for root, model in self.board.models.items():
             if rec.active is not None and root not in rec.active:
                 continue  # a model not used this step (trained earlier, or not yet): its .grad is stale
+            if rec.sampled:
+                self._judge_fade(rec, root, model)
             rms: dict[str, float | None] = {}
             for name, info in model.modules.items():
                 if info.params == 0:
@@ -91,6 +172,62 @@ class GradientObserver(Observer):
             ahead = self._ahead(model, rms)
             for name, value in rms.items():
                 self._judge_gradient(rec, model, root, name, value, ref_max, ref_median, len(matrix), ahead.get(name))
+
+    def _own_series(self, root: str) -> str | None:
+        """The loss series of the model `root`: the one named after it (or a part of it); the only series when
+        there is one (a single optimizer over several models names it after the first)."""
+        names = [n for n in self.loss_tracks if n == root or n.startswith(root + ".")]
+        if len(names) == 1:
+            return names[0]
+        return next(iter(self.loss_tracks)) if len(self.loss_tracks) == 1 else None
+
+    def _judge_fade(self, rec: StepRecord, root: str, model: ModelInfo) -> None:
+        """The model's whole gradient norm on a sampled step, against its own early level (see ModelFade)."""
+        norms = [rec.grads.get((root, n)) for n, info in model.modules.items() if info.params]
+        values = [g.norm for g in norms if g is not None and g.norm is not None]
+        if not values or not all(map(math.isfinite, values)) or len(values) < len(norms):
+            return  # no gradient yet (a GAN's G read at D's step), part of it missing, or not finite (judged per layer)
+        norm = math.sqrt(sum(v * v for v in values))
+        if norm <= 0:
+            return
+        series = self._own_series(root)
+        track = self.loss_tracks.get(series) if series is not None else None
+        loss = track.levels() if track is not None else None
+        fade = self.fades.setdefault(root, ModelFade())
+        state, onset = fade.judge(rec.step, norm, loss, self.th)
+        key = ("grad", root, None)
+        machine = self.board.machines.get(key)
+        if machine is not None and machine.state == state and machine.cand is None:
+            return
+        level = statistics.median(fade.early)
+        metrics: dict[str, float | None] = {
+            "grad_norm": norm,
+            "early_norm": level,
+            "fade": level / norm,
+            "loss_early": loss[0] if loss else None,
+            "loss_now": loss[1] if loss else None,
+            "game": 1.0 if self.game else 0.0,
+        }
+        rivals = [t.levels() for n, t in self.loss_tracks.items() if n != series]
+        drops = [now / early for early, now in filter(None, rivals) if early > 0 and now >= 0]
+        if self.game and drops:
+            metrics["rival_loss_ratio"] = min(drops)  # the opponent whose loss fell most (-> 0: it wins)
+        first = next((n for n in model.order if n in model.modules and model.modules[n].weight_ndim2), None)
+        self.board.feed(
+            key,
+            GradState.healthy.value,
+            state,
+            onset,
+            metrics,
+            EventType.gradient_health_transition.value,
+            FADE_SITE,
+            root,
+            first,
+        )
+
+    def floor(self, now: int) -> int:
+        """A fade is dated back to where the decline began (at most fade_lookback steps)."""
+        return min([now, *(f.floor(now, self.th) for f in self.fades.values())])
 
     def _ahead(self, model: ModelInfo, rms: dict[str, float | None]) -> dict[str, float]:
         """Per matrix layer that repeats (the same name with other block numbers: `layer.0.attention.query`,
@@ -162,17 +299,80 @@ class GradientObserver(Observer):
 # ---------------------------------------------------------------- rules
 
 
+def _rival_wins(ctx: Context, fade: Event) -> tuple[str, list[Event]] | None:
+    """A faded model trained against another in the same steps (a game: GAN, actor-critic) whose opponent's
+    loss fell toward 0 (to a tenth of its early level or less): the opponent wins outright, and the loss that
+    trains the faded model is flat where the opponent is sure (G's minimax loss log(1 - D(G(z))) once
+    D(G(z)) -> 0). Returns the opponent's phrase and its saturated output activations (a sure Sigmoid)."""
+    ratio = fade.metrics.get("rival_loss_ratio")
+    if not fade.metrics.get("game") or ratio is None or ratio > RIVAL_WINS:
+        return None
+    sat = [
+        e
+        for e in ctx.select(types=[EventType.activation_regime_shift.value], to=["saturated"])
+        if e.root != fade.root and ctx.output_side(e.root, e.module)
+    ]
+    rivals = sorted({e.root for e in sat if e.root}) or ["the other model"]
+    return "/".join(rivals), sat
+
+
+def _fade_hypothesis(ctx: Context, fades: list[Event], layers: list[Event]) -> Hypothesis:
+    """A whole model's gradient faded over time while its loss did not improve (see ModelFade); in a game
+    whose opponent wins outright, said as that."""
+    origin = min(fades, key=lambda e: e.step)
+    m = origin.metrics
+    model = origin.root or "the model"
+    fell = (
+        f"its whole gradient norm fell {m.get('fade') or 0:.3g}x from its early level "
+        f"({m.get('early_norm') or 0:.3g} -> {m.get('grad_norm') or 0:.3g}) from step {origin.step}, while its "
+        f"loss did not improve ({m.get('loss_early') or 0:.4g} -> {m.get('loss_now') or 0:.4g})"
+    )
+    conf = _spread_confidence(0.7, 2, _still(ctx, fades, "vanishing"))
+    win = _rival_wins(ctx, origin)
+    if win is not None:
+        rival, sat = win
+        sure = f" (its output {sat[0].module} saturated from step {sat[0].step})" if sat else ""
+        summary = (
+            f"The discriminator wins outright: {rival}'s loss fell toward 0 (to {m['rival_loss_ratio']:.2g}x its "
+            f"early level){sure}, so {model}'s gradient vanished: {fell}."
+        )
+        tips = [
+            f"train {model} with the non-saturating loss -log D(G(z)) (BCE of D(G(z)) against the *real* label), "
+            f"not by minimising log(1 - D(G(z))), which is flat where D is sure",
+            "return D's raw logits and use nn.BCEWithLogitsLoss instead of a final Sigmoid + nn.BCELoss",
+            f"balance the two: a {rival} learning rate no larger than {model}'s (TTUR: tune the ratio, not a 10x "
+            f"head start), or fewer {rival} updates per {model} update",
+            "one-sided label smoothing (real labels 0.9) and spectral norm on D's layers "
+            "(torch.nn.utils.parametrizations.spectral_norm)",
+        ]
+        return _hyp(Kind.vanishing_gradient, max(conf, 0.8), origin, origin.step, summary, fades + sat, tips)
+    tips = [
+        "the whole network stopped receiving gradient: look for what flattens its output (a saturated output "
+        "layer, weights shrinking under weight decay, a loss that is flat where the model is)",
+        "check the loss: a loss written so that its gradient vanishes once the model is wrong and sure "
+        "(e.g. log(1 - p) minimised) stops training",
+    ]
+    summary = f"{model}'s whole gradient faded over time (all its layers together): {fell}."
+    return _hyp(Kind.vanishing_gradient, conf, origin, origin.step, summary, fades + layers, tips)
+
+
 def vanishing_gradient(ctx: Context) -> Hypothesis | None:
     evs = ctx.select(types=[EventType.gradient_health_transition.value], to=["vanishing"])
     if not evs:
         return None
+    fades = [e for e in evs if e.site == FADE_SITE]
+    evs = [e for e in evs if e.site != FADE_SITE]
+    if fades and (not evs or any(_rival_wins(ctx, e) for e in fades)):
+        return _fade_hypothesis(ctx, fades, evs)
     first = _first_by_module(evs)
     origin = _origin_of(ctx, list(first.values()))
     chain = [e.module or "" for e in sorted(first.values(), key=ctx.order, reverse=True)]
     conf = _spread_confidence(0.62, len(first), _still(ctx, evs, "vanishing"))
     ratio = origin.metrics.get("ratio_to_max")
     types = ctx.module_types()
-    sat = sorted(n for n, t in types.items() if t in SATURATING_TYPES)
+    # a model's final Sigmoid/Tanh is its output, not a hidden activation to swap (see saturated_activation)
+    outputs = {n for m in ctx.models for n in (m.get("order") or []) if ctx.output_side(m.get("name"), n)}
+    sat = sorted(n for n, t in types.items() if t in SATURATING_TYPES and n not in outputs)
     tips = []
     fixes = []
     if sat:
@@ -182,7 +382,7 @@ def vanishing_gradient(ctx: Context) -> Hypothesis | None:
             f"<= 0.25 (sigmoid) or saturate: switch to ReLU/GELU"
         )
         fixes.append(fix("activation_swap", tips[-1], to="ReLU"))
-    elif ctx.select(to=["saturated"]):
+    elif any(not ctx.output_side(e.root, e.module) for e in ctx.select(to=["saturated"])):
         tips.append("saturating functional activations (torch.sigmoid/tanh) squash gradients: switch to ReLU/GELU")
     if any(t in RNN_TYPES for t in types.values()):
         tips.append("plain RNN over long sequences: use LSTM/GRU, shorter truncated BPTT, or attention")
