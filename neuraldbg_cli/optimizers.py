@@ -21,6 +21,9 @@ class _Series(NamedTuple):
     name: str
 
 
+LR_POINTS = 64  # (step, lrs) points kept per optimizer: past it every other one is dropped (the span stays covered)
+
+
 class OptimizerWatch:
     """`changed()` is called when an optimizer appears (the models' description says which parameters
     some optimizer has)."""
@@ -31,6 +34,21 @@ class OptimizerWatch:
         self.optimizers: weakref.WeakKeyDictionary[torch.optim.Optimizer, None] = weakref.WeakKeyDictionary()
         self._described: dict[int, dict[str, Any]] = {}  # id(optimizer) -> description, kept after it is gone
         self._series: weakref.WeakKeyDictionary[Any, _Series] = weakref.WeakKeyDictionary()
+        self._lr_at: dict[int, list[list[float]]] = {}  # id(optimizer) -> [step, lr of each group] when it changed
+
+    def record_lr(self, opt: torch.optim.Optimizer, step: int) -> None:
+        """The learning rate of each group in force at a sampled step (host floats, no device work), kept when it
+        changed. Why: a schedule changes the lr after the optimizer is described (a warm-up starts near 0, a
+        LambdaLR or OneCycle multiplies it upward); advice must quote the lr in force when a symptom began."""
+        lrs = [g.get("lr") for g in opt.param_groups]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in lrs):
+            return  # a tensor lr (capturable): reading it would synchronise the device
+        log = self._lr_at.setdefault(id(opt), [])
+        if log and log[-1][1:] == lrs:
+            return
+        log.append([step, *map(float, lrs)])  # type: ignore[arg-type]
+        if len(log) > LR_POINTS:
+            del log[1:-1:2]  # thin: the first and the latest stay
 
     def wrap_init(self, original: Callable) -> Callable:
         """Optimizer.__init__, patched: an optimizer counts from its creation (before its first step, a
@@ -84,6 +102,8 @@ class OptimizerWatch:
                 "groups": groups,
                 "params": sum(p.numel() for g in opt.param_groups for p in g["params"]),
             }
+            if self._lr_at.get(id(opt)):
+                self._described[id(opt)]["lr_at"] = [list(p) for p in self._lr_at[id(opt)]]
         return list(self._described.values())
 
     def optimized_ids(self) -> set[int]:

@@ -109,6 +109,8 @@ class StepPacer:
                 guard.fault("update", e)
         try:
             self._opts.stepped(opt)
+            if buf.sampled:
+                self._opts.record_lr(opt, buf.step)
             owners = self._sets.of_optimizer(opt).owners
             if not any(o is owners for o in buf.stepped):  # (cached per parameter set: one entry per optimizer)
                 buf.stepped.append(owners)

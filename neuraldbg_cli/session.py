@@ -288,6 +288,12 @@ class Session:
                 self.writer.stats(self.thinner.finish())
             except Exception as e:  # noqa: BLE001
                 self._warn_once("stats.jsonl", e)
+        try:  # model.json again: the learning rates recorded since it was last written (optimizers.record_lr)
+            if self.model_doc.get("optimizers"):
+                self.model_doc = _model_doc(self.probe.models(), self.probe.optimizer_info())
+                self.writer.write_json("model.json", self.model_doc)
+        except Exception as e:  # noqa: BLE001
+            self._warn_once("model description", e)
         try:
             self.monitor.finish()
         except Exception as e:  # noqa: BLE001

@@ -347,3 +347,68 @@ def test_oversized_updates_drop_a_raise_suggestion():
     plateau = by_kind(hyps)[Kind.loss_plateau]
     assert "learning rate is too large" in plateau.summary.lower()
     assert not any(RAISE.search(s) for s in plateau.suggestions), plateau.suggestions
+
+
+# ---------------------------------------------------------------- advice read with the schedule
+
+
+def scheduled(type_="AdamW", points=(), **group):
+    """An optimizer whose lr the probe recorded at sampled steps (model.json's lr_at: [step, lr])."""
+    return [{"type": type_, "groups": [{"lr": points[-1][1], **group}], "params": 10,
+             "lr_at": [list(p) for p in points]}]
+
+
+def test_the_lr_quoted_is_the_one_in_force_when_the_symptom_began():
+    """A warm-up recorded at a tiny first value, and a schedule that multiplied the lr upward: the advice
+    quotes the lr in force at the divergence, not the first value nor the last."""
+    div = [ev(LOSS, 200, None, "normal", "diverging", "loss", recent=1e5, start=2.3, best=2.2)]
+    warm = scheduled("SGD", [(0, 1e-4), (50, 0.5), (100, 5.0), (300, 0.5)])
+    h = by_kind(explain(div, MODELS, warm))[Kind.loss_divergence]
+    assert any(s.startswith("lr=5 with SGD") for s in h.suggestions), h.suggestions
+    early = [ev(LOSS, 60, None, "normal", "diverging", "loss", recent=1e5, start=2.3, best=2.2)]
+    h = by_kind(explain(early, MODELS, warm))[Kind.loss_divergence]
+    assert any(s.startswith("lr=0.5 with SGD") for s in h.suggestions), h.suggestions
+
+
+def test_weight_decay_collapse_under_a_warmup_is_named_before_any_lr_advice():
+    """The lr at description time is a warm-up's ~0 (lr * weight_decay looks harmless); at the collapse the
+    full lr is in force. The oversized updates of weights shrinking to 0 are the decay, not the lr."""
+    opt = scheduled("SGD", [(0, 1e-5), (10, 0.1)], weight_decay=5.0)
+    opt[0]["groups"][0]["lr"] = 1e-5
+    evs = COLLAPSE + [ev(LOSS, 5, None, "normal", "plateau", "loss", recent=2.3, start=2.31, best=2.3),
+                      ev(UPD, 6, "m0", "updating", "oversized", "weights", update_ratio=0.4)]
+    top = explain(evs, MODELS, opt)[0]
+    assert top.summary.lower().startswith("weight decay collapses the weights"), top.summary
+    assert top.suggestions[0].startswith("lower weight_decay (5 with SGD)")
+    assert not any("learning rate is too large" in s for s in [top.summary])
+    assert not any(RAISE.search(s) for s in top.suggestions)
+
+
+def postln(norm_first=False):
+    """A torch.nn TransformerEncoderLayer stack as model.json lists it (forward order)."""
+    names, order = {}, []
+    for i in range(6):
+        block = [("self_attn", "MultiheadAttention", 0), ("self_attn.out_proj", "Linear", 8),
+                 ("linear1", "Linear", 8), ("linear2", "Linear", 8)]
+        norms = [("norm1", "LayerNorm", 2), ("norm2", "LayerNorm", 2)]
+        seq = norms[:1] + block[:2] + norms[1:] + block[2:] if norm_first else block[:2] + norms[:1] + block[2:] + norms[1:]
+        for n, t, p in seq:
+            names[f"enc.layers.{i}.{n}"] = {"type": t, "params": p}
+            order.append(f"enc.layers.{i}.{n}")
+    names["head"] = {"type": "Linear", "params": 8}
+    return [{"name": "Net", "order": [*order, "head"], "modules": names}]
+
+
+def test_postln_without_warmup_is_told_warmup_or_preln_never_residuals():
+    evs = [ev(GRAD, 20, "enc.layers.0.linear1", "healthy", "vanishing", "gradient", rms=1e-9, ratio_to_max=1e-5),
+           ev(LOSS, 0, None, "normal", "plateau", "loss", recent=2.77, start=2.9, best=2.6)]
+    flat = scheduled("AdamW", [(0, 5e-3)])
+    hyps = by_kind(explain(evs, postln(), flat))
+    for kind in (Kind.vanishing_gradient, Kind.loss_plateau):
+        tips = hyps[kind].suggestions
+        assert "warm-up" in tips[0] and "norm_first=True" in tips[0], tips
+        assert not any("residual" in s and "add" in s.split("residual")[0] for s in tips), tips
+    # with a warm-up, or Pre-LN blocks, that advice does not apply
+    warm = scheduled("AdamW", [(0, 1e-4), (10, 2e-3), (30, 5e-3)])
+    assert not any("norm_first" in s for h in explain(evs, postln(), warm) for s in h.suggestions)
+    assert not any("norm_first" in s for h in explain(evs, postln(norm_first=True), flat) for s in h.suggestions)

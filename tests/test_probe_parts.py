@@ -313,3 +313,25 @@ def test_stop_requested_ends_training_when_an_optimizer_step_closes_a_step():
             opt.step()
     assert not torch.equal(before, model.weight)  # the step itself was completed
     assert not rec.probe.stop_requested and [r.step for r in rec.records] == [0, 1]
+
+
+def test_learning_rates_are_recorded_as_the_schedule_changes_them():
+    """The lr in force at sampled steps, kept when it changed, thinned past LR_POINTS (first and latest kept),
+    in the optimizer's description: advice quotes the lr in force when a symptom began."""
+    import torch
+
+    from neuraldbg_cli.optimizers import LR_POINTS, OptimizerWatch
+
+    watch = OptimizerWatch(None, lambda: None, None)  # type: ignore[arg-type]
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.0)
+    watch.optimizers[opt] = None
+    for step in range(3 * LR_POINTS):
+        opt.param_groups[0]["lr"] = min(step, 10) * 0.1  # a warm-up, then constant
+        watch.record_lr(opt, step)
+    (desc,) = watch.describe()
+    assert desc["lr_at"][0] == [0, 0.0] and desc["lr_at"][-1] == [10, 1.0] and len(desc["lr_at"]) == 11
+    for step in range(3 * LR_POINTS):
+        opt.param_groups[0]["lr"] = float(step)
+        watch.record_lr(opt, 100 + step)
+    points = watch.describe()[0]["lr_at"]
+    assert len(points) <= LR_POINTS and points[0] == [0, 0.0] and points[-1][0] == 100 + 3 * LR_POINTS - 1

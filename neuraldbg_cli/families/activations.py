@@ -152,7 +152,8 @@ def dead_activation(ctx: Context) -> Hypothesis | None:
         "check bias initialisation (large negative biases keep units off) and use He init",
     ]
     # a large lr is the usual way units die during training: its fix first when the lr is above its range
-    tips = lower_lr(ctx) + tips if _lr_above_usual(ctx) else tips[:1] + lower_lr(ctx) + tips[1:]
+    at = min((e.step for e in ctx.select(types=[EventType.activation_regime_shift.value], to=["dead"])), default=None)
+    tips = lower_lr(ctx, at) + tips if _lr_above_usual(ctx, at) else tips[:1] + lower_lr(ctx, at) + tips[1:]
     return _activation_rule(
         ctx,
         "dead",
@@ -160,7 +161,7 @@ def dead_activation(ctx: Context) -> Hypothesis | None:
         0.62,
         tips,
         "Most ReLU units never activate on a whole batch (dead)",
-        lower_lr_fix(ctx),
+        lower_lr_fix(ctx, at),
     )
 
 

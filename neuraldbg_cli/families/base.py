@@ -36,6 +36,7 @@ from neuraldbg_cli.events import (
     StepRecord,
     UpdateState,
 )
+from neuraldbg_cli.vocab import is_norm
 
 HEALTHY = {
     GradState.healthy.value,
@@ -242,31 +243,104 @@ class Context:
             return order.index(module) >= order.index(layers[-1])
         return False
 
+    def norm_placements(self) -> set[str]:
+        """The norm placement ("pre" / "post") of the attention blocks the run saw. From model.json facts where
+        the probe recorded them; else read off the forward order: an attention layer's block is its parent
+        module (`layers.3` of `layers.3.self_attn`), and a block whose last called layer is a norm normalises
+        the residual sum (Post-LN: torch.nn's default norm_first=False, BERT), one whose first is a norm
+        normalises the branch input (Pre-LN, GPT-2)."""
+        found: set[str] = set()
+        for m in self.models:
+            facts = m.get("facts") if isinstance(m.get("facts"), dict) else {}
+            blocks = facts.get("residual_blocks") if isinstance(facts, dict) else None
+            if isinstance(blocks, dict):
+                found.update(str(b.get("norm")) for b in blocks.values() if isinstance(b, dict) and b.get("norm"))
+            modules, order = m.get("modules") or {}, m.get("order") or []
+            layers = [n for n in order if isinstance(modules.get(n), dict) and modules[n].get("params")]
+            attn = [n for n in order if "attention" in str((modules.get(n) or {}).get("type", "")).lower()]
+            for a in attn:
+                parent = a.rpartition(".")[0]
+                inside = [n for n in layers if parent and n.startswith(parent + ".") and not n.startswith(a)]
+                if not inside:
+                    continue
+                if is_norm(str(modules[inside[-1]].get("type", ""))):
+                    found.add("post")
+                elif is_norm(str(modules[inside[0]].get("type", ""))):
+                    found.add("pre")
+        return found
+
+    def warms_up(self) -> bool | None:
+        """Whether some optimizer's recorded lr rose at least 2x after its first value (a warm-up); None when
+        no lr history was recorded."""
+        seen = None
+        for opt in self.optimizers:
+            groups = [g for g in opt.get("groups") or [] if isinstance(g, dict)]
+            points = _lr_history(opt.get("lr_at"), len(groups))
+            if not points:
+                continue
+            seen = False
+            for i in range(len(groups)):
+                lrs = [abs(p[1 + i]) for p in points]
+                if max(lrs) >= 2 * lrs[0]:
+                    return True
+        return seen
+
     def module_types(self) -> dict[str, str]:
         return {name: info.get("type", "") for m in self.models for name, info in (m.get("modules") or {}).items()}
 
     def groups(self) -> list[tuple[str, dict[str, Any]]]:
         """(optimizer type, param group) for every group of every optimizer seen."""
-        return [
-            (str(opt.get("type") or "optimizer"), g)
-            for opt in self.optimizers
-            for g in opt.get("groups") or []
-            if isinstance(g, dict)
-        ]
+        return [(opt, g) for opt, g, _ in self.group_lrs()]
+
+    def group_lrs(self, at: int | None = None) -> list[tuple[str, dict[str, Any], float | None]]:
+        """(optimizer type, param group, its lr) for every group: the lr in force around step `at` (see
+        lrs_in_force), or its largest over the run when `at` is None; without a recorded history (a run cut
+        short, a tensor lr), the larger of its described lr and its schedule's initial_lr."""
+        out: list[tuple[str, dict[str, Any], float | None]] = []
+        for opt in self.optimizers:
+            groups = [g for g in opt.get("groups") or [] if isinstance(g, dict)]
+            seen = _lr_history(opt.get("lr_at"), len(groups))
+            for i, g in enumerate(groups):
+                if seen:
+                    lr: float | None = _in_force([(p[0], p[1 + i]) for p in seen], at, self.every)
+                else:
+                    lrs = [float(g[k]) for k in ("lr", "initial_lr") if _number(g.get(k))]
+                    lr = max(lrs, key=abs) if lrs else None
+                out.append((str(opt.get("type") or "optimizer"), g, lr))
+        return out
 
     def lr_hint(self) -> tuple[str, float] | None:
-        """The first group's (optimizer type, lr) as recorded."""
-        return next(((opt, float(g["lr"])) for opt, g in self.groups() if _number(g.get("lr"))), None)
+        """The first group's (optimizer type, lr): its largest over the run (0 only if it never moved)."""
+        return next(((opt, lr) for opt, _, lr in self.group_lrs() if lr is not None), None)
 
-    def peak_lr(self) -> tuple[str, float] | None:
-        """The largest learning rate of any group (its schedule's initial_lr where that is larger: a warm-up
-        recorded at lr 0 still runs at its peak later): the one that makes a run diverge."""
+    def peak_lr(self, at: int | None = None) -> tuple[str, float] | None:
+        """The largest learning rate of any group: in force while a symptom that began at step `at` developed
+        (never a warm-up's tiny first value, nor the initial value of a schedule that multiplied it upward),
+        or over the whole run when `at` is None: the one that makes a run diverge."""
         best: tuple[str, float] | None = None
-        for opt, g in self.groups():
-            lrs = [float(g[k]) for k in ("lr", "initial_lr") if _number(g.get(k))]
-            if lrs and (best is None or abs(max(lrs, key=abs)) > abs(best[1])):
-                best = (opt, max(lrs, key=abs))
+        for opt, _, lr in self.group_lrs(at):
+            if lr is not None and (best is None or abs(lr) > abs(best[1])):
+                best = (opt, lr)
         return best
+
+
+def _lr_history(points: object, groups: int) -> list[list[float]]:
+    """model.json's lr_at ([step, lr of each group], when it changed, in step order), if well formed."""
+    if not isinstance(points, list):
+        return []
+    ok = [p for p in points if isinstance(p, list) and len(p) == groups + 1 and all(map(_number, p))]
+    return sorted(ok, key=lambda p: p[0]) if len(ok) == len(points) else []
+
+
+def _in_force(points: list[tuple[float, float]], at: int | None, slack: int) -> float:
+    """The largest lr in force from `at - slack` to `at + slack` (the sampling interval that dates a symptom):
+    the one recorded last before that window and those recorded in it. `at` None: the largest of all."""
+    if at is None:
+        return max((lr for _, lr in points), key=abs)
+    before = [lr for step, lr in points if step <= at - slack]
+    inside = [lr for step, lr in points if at - slack < step <= at + slack]
+    window = before[-1:] + inside or [points[0][1]]
+    return max(window, key=abs)
 
 
 def _number(value: object) -> bool:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import EventType, GradState, Hypothesis, Kind, ModelInfo, StepRecord
 from neuraldbg_cli.families.activations import _blowup_phrase, _blowups
-from neuraldbg_cli.families.advice import lower_lr, lower_lr_fix
+from neuraldbg_cli.families.advice import lower_lr, lower_lr_fix, postln_warmup, postln_warmup_fix
 from neuraldbg_cli.families.base import (
     Board,
     Context,
@@ -373,8 +373,8 @@ def vanishing_gradient(ctx: Context) -> Hypothesis | None:
     # a model's final Sigmoid/Tanh is its output, not a hidden activation to swap (see saturated_activation)
     outputs = {n for m in ctx.models for n in (m.get("order") or []) if ctx.output_side(m.get("name"), n)}
     sat = sorted(n for n, t in types.items() if t in SATURATING_TYPES and n not in outputs)
-    tips = []
-    fixes = []
+    tips = postln_warmup(ctx)
+    fixes = postln_warmup_fix(ctx)
     if sat:
         kinds = "/".join(sorted({types[n] for n in sat}))
         tips.append(
@@ -389,7 +389,7 @@ def vanishing_gradient(ctx: Context) -> Hypothesis | None:
     tips.append("initialise with Xavier/He (nn.init.kaiming_normal_ for ReLU, xavier_uniform_ for tanh)")
     if not _model_has(ctx, is_norm):  # suggestions fit the model that was seen
         tips.append("add normalisation (LayerNorm/BatchNorm) between layers")
-    if len(types) >= 8 and not _model_has(ctx, is_residual):
+    if len(types) >= 8 and not _model_has(ctx, is_residual) and not ctx.norm_placements():  # blocks have skips
         tips.append("add residual (skip) connections so gradients reach the first layers")
     where = f"{ratio:.1e}× the largest layer's gradient" if ratio else "almost no gradient"
     summary = (
@@ -405,11 +405,12 @@ def exploding_gradient(ctx: Context) -> Hypothesis | None:
     stands for it unless the loss diverges, which then carries it as evidence."""
     evs = ctx.select(types=[EventType.gradient_health_transition.value], to=["exploding"])
     blow = _blowups(ctx)
-    tips = lower_lr(ctx) + [
+    at = min((e.step for e in evs or blow), default=None)
+    tips = lower_lr(ctx, at) + [
         "clip gradients: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0) before optimizer.step()",
         "check the initialisation scale (default or Xavier/He, not larger)",
     ]
-    fixes = lower_lr_fix(ctx) + [fix("clip_grad_norm", tips[-2], max_norm=1.0)]
+    fixes = lower_lr_fix(ctx, at) + [fix("clip_grad_norm", tips[-2], max_norm=1.0)]
     if not evs:
         if not blow or ctx.select(types=[EventType.optimizer_instability.value], to=["diverging"]):
             return None

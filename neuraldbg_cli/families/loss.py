@@ -10,7 +10,14 @@ from typing import Any
 
 from neuraldbg_cli.events import EventType, Hypothesis, Kind, LossState, StepRecord
 from neuraldbg_cli.families.activations import _blowup_phrase, _blowups
-from neuraldbg_cli.families.advice import lower_lr, lower_lr_fix, plateau_lr, plateau_lr_fix
+from neuraldbg_cli.families.advice import (
+    lower_lr,
+    lower_lr_fix,
+    plateau_lr,
+    plateau_lr_fix,
+    postln_warmup,
+    postln_warmup_fix,
+)
 from neuraldbg_cli.families.base import NON_FINITE, Board, Context, Event, Family, Observer, _evidence, _hyp
 from neuraldbg_cli.families.loss_model import LossSeries
 from neuraldbg_cli.fixspec import fix
@@ -159,9 +166,14 @@ def _loss_rule(
     return _hyp(kind, conf, None, first.step, summary, evs, tips, fixes=fixes)
 
 
+def _onset(ctx: Context, state: str) -> int | None:
+    """The first step the loss entered `state` (the lr advice quotes the lr in force then)."""
+    return min((e.step for e in ctx.select(types=[EventType.optimizer_instability.value], to=[state])), default=None)
+
+
 def loss_plateau(ctx: Context) -> Hypothesis | None:
     types = ctx.module_types()
-    tips = plateau_lr(ctx)
+    tips = postln_warmup(ctx) + plateau_lr(ctx, _onset(ctx, "plateau"))  # the lr in force as it stalled
     ordered = [n for m in ctx.models for n in (m.get("order") or [])]
     if ordered and types.get(ordered[-1]) in SOFTMAX_TYPES:
         tips.insert(
@@ -170,17 +182,18 @@ def loss_plateau(ctx: Context) -> Hypothesis | None:
             f"log-softmax itself; return raw logits",
         )
     tips.append("check that the loss can decrease at all: overfit one small batch first")
-    return _loss_rule(
-        ctx, "plateau", Kind.loss_plateau, 0.72, "The loss does not decrease", tips, fixes=plateau_lr_fix(ctx)
-    )
+    at = _onset(ctx, "plateau")
+    fixes = postln_warmup_fix(ctx) + plateau_lr_fix(ctx, at)
+    return _loss_rule(ctx, "plateau", Kind.loss_plateau, 0.72, "The loss does not decrease", tips, fixes=fixes)
 
 
 def loss_divergence(ctx: Context) -> Hypothesis | None:
-    tips = lower_lr(ctx) + [
+    at = _onset(ctx, "diverging")
+    tips = lower_lr(ctx, at) + [
         "clip gradients (clip_grad_norm_)",
         "check the update sign (maximize=True, a negative lr, loss sign)",
     ]
-    fixes = lower_lr_fix(ctx) + [fix("clip_grad_norm", tips[-2], max_norm=1.0)]
+    fixes = lower_lr_fix(ctx, at) + [fix("clip_grad_norm", tips[-2], max_norm=1.0)]
     h = _loss_rule(ctx, "diverging", Kind.loss_divergence, 0.8, "The loss diverges (keeps growing)", tips, fixes=fixes)
     blow = _blowups(ctx)
     if h is not None and blow:  # the forward pass shows where values grew first (the origin stays the loss)
@@ -190,8 +203,9 @@ def loss_divergence(ctx: Context) -> Hypothesis | None:
 
 
 def unstable_loss(ctx: Context) -> Hypothesis | None:
-    tips = lower_lr(ctx) + ["add learning-rate warm-up or a decaying schedule", "use a larger batch"]
-    fixes = lower_lr_fix(ctx) + [fix("warmup", tips[-2], steps=50)]
+    at = _onset(ctx, "oscillating")
+    tips = lower_lr(ctx, at) + ["add learning-rate warm-up or a decaying schedule", "use a larger batch"]
+    fixes = lower_lr_fix(ctx, at) + [fix("warmup", tips[-2], steps=50)]
     return _loss_rule(
         ctx,
         "oscillating",

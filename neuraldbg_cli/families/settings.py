@@ -9,7 +9,7 @@ from itertools import chain
 from typing import Any
 
 from neuraldbg_cli.events import EventType, Kind
-from neuraldbg_cli.families.advice import lower_lr, lower_lr_fix
+from neuraldbg_cli.families.advice import _lr_above_usual, lower_lr, lower_lr_fix
 from neuraldbg_cli.families.base import Context, Event, _evidence, _number
 from neuraldbg_cli.fixspec import fix
 from neuraldbg_cli.vocab import decoupled_decay
@@ -55,12 +55,18 @@ def learning_rate_setting(ctx: Context) -> SettingCause | None:
     evs = ctx.select(types=[EventType.parameter_update.value], to=["oversized"])
     if not evs:
         return None
+    onset = min(e.step for e in evs)
+    decay = weight_decay_setting(ctx)
+    if decay is not None and onset + ctx.every >= decay.onset and not _lr_above_usual(ctx, onset):
+        # weights shrinking under the decay change by a large fraction of their (vanishing) size each step:
+        # that is the decay, which weight_decay_setting names first; an lr in its usual range is no cause
+        return None
     ratios = [r for r in map(_ratio, evs) if r is not None]
     size = f"{100 * max(ratios):.3g}% of their size" if ratios else "a large fraction of their size"
-    fix = next(iter(lower_lr(ctx)), "lower the learning rate")
+    fix = next(iter(lower_lr(ctx, onset)), "lower the learning rate")
     return SettingCause(
         "learning_rate",
-        min(e.step for e in evs),
+        onset,
         f"the learning rate is too large: each step changes the weights by {size} (healthy: about 0.1%)",
         fix,
         (
@@ -79,7 +85,7 @@ def learning_rate_setting(ctx: Context) -> SettingCause | None:
         _evidence(evs, 3),
         contradicts="raise the learning rate",
         ends=_last_in_force(ctx, evs, "oversized"),
-        fixes=lower_lr_fix(ctx),
+        fixes=lower_lr_fix(ctx, onset),
     )
 
 
@@ -106,16 +112,16 @@ def weight_decay_setting(ctx: Context) -> SettingCause | None:
         return None
     th = ctx.thresholds
     large = []
-    for opt, g in ctx.groups():
+    onset = min(e.step for e in evs)
+    for opt, g, in_force in ctx.group_lrs(onset):  # the lr in force as they collapsed (a warm-up starts at ~0)
         wd = float(g["weight_decay"]) if _number(g.get("weight_decay")) else 0.0
-        lr = abs(float(g["lr"])) if _number(g.get("lr")) else 0.0
+        lr = abs(in_force or 0.0)
         if wd >= th.weight_decay_large or (wd > 0 and lr * wd >= th.weight_decay_shrink):
             large.append((wd, opt))
     if not large:
         return None
     wd, opt = max(large)
     usual = "0.01-0.1" if decoupled_decay(opt) else "1e-5-5e-4"
-    onset = min(e.step for e in evs)
     text = f"lower weight_decay ({wd:g} with {opt}) to {usual}, the usual range for {opt}"
     return SettingCause(
         "weight_decay",
@@ -131,6 +137,7 @@ def weight_decay_setting(ctx: Context) -> SettingCause | None:
         ),
         _evidence(evs, 3),
         fixes=[fix("weight_decay", text, value=0.01 if decoupled_decay(opt) else 1e-4)],
+        contradicts="raise the learning rate",  # a larger lr shrinks the weights faster (lr * weight_decay)
     )
 
 
