@@ -201,3 +201,23 @@ def test_activation_blow_up_carries_the_metric_that_moved():
     anomalous = [e for e in events if e.to == "anomalous"]
     assert [(e.module, e.step) for e in anomalous] == [("hidden", 5)], anomalous
     assert anomalous[0].metrics["std_ratio"] == 1e4 and anomalous[0].metrics["baseline_std"] == 1.0
+
+
+# a ResNet whose model stays in eval() after its first validation (step 20): identical to the healthy run before,
+# a warm-up bump to 1.93 at steps 3-4 included; the jump at steps 20-22 is where the trouble began
+BN_EVAL = [1.728, 1.834, 1.85, 1.929, 1.923, 1.781, 1.835, 1.742, 1.765, 1.736, 1.699, 1.666, 1.574, 1.43, 1.502,
+           1.346, 1.291, 1.222, 1.284, 1.283, 4.145, 2.009, 8.571, 2.46, 2.067, 2.008, 1.874, 1.801, 1.744, 2.254,
+           *[1.79 + 0.02 * ((i * 7) % 5 - 2) for i in range(40)]]
+
+
+def test_oscillation_is_dated_at_its_change_point_not_its_window_start():
+    evs = loss_events(run(BN_EVAL))
+    assert evs and all(step >= 20 for _, _, step in evs), evs
+    assert evs[0][1:] == ("oscillating", 20)
+
+
+def test_oscillation_from_the_first_step_is_dated_at_the_start():
+    r = random.Random(0)
+    swings = [2.3 * (r.uniform(2.5, 4.0) if i % 2 else r.uniform(0.8, 1.2)) for i in range(40)]
+    evs = [e for e in loss_events(run(swings)) if e[1] == "oscillating"]
+    assert evs and evs[0][2] <= 2, evs

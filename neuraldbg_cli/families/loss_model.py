@@ -215,7 +215,23 @@ class LossSeries:
             )
         ):
             return None
-        return self.hist[0][0], {"low": min(recent), "high": max(recent), "swing": rel}
+        return self._change_point(), {"low": min(recent), "high": max(recent), "swing": rel}
+
+    def _change_point(self) -> int:
+        """Where an oscillation began within its window: the first step whose change from the step before it
+        leaves the in-control band (loss_diverge_sigma noise widths, on the judged scale: the noise the series
+        had when it reached its best, or now, whichever is larger). Why: the window that confirms a swing
+        reaches back 2 windows, over steps that may be the healthy run's own (a warm-up bump); the problem
+        began where the series first moved more than its noise explains. A series swinging from its first
+        step has a noise as large as its swings: no step stands out, the window's start is the date."""
+        noise = max(self._noise or 0.0, self.best_noise or 0.0)
+        steps = list(self.hist)
+        if noise > 0:
+            band = self.th.loss_diverge_sigma * noise
+            for (_, a), (step, b) in zip(steps, steps[1:]):
+                if abs(self._y(b) - self._y(a)) > band:  # (history is on one scale: see _restart)
+                    return step
+        return steps[0][0]
 
     def earliest_onset(self, step: int, diverged: bool) -> int:
         """The earliest step a later state of this series could be dated at (diverged: already confirmed,
