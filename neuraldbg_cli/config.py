@@ -185,6 +185,12 @@ class Thresholds(BaseModel):
         50, description="latest step-to-step loss differences whose MAD is the loss's own noise"
     )
     loss_noise_min: int = Field(8, description="differences needed before the noise estimate is trusted")
+    diverge_fall_factor: float = Field(
+        100.0,
+        description="a loss below zero by this many times its start's size is diverging downwards (unbounded "
+        "below: a sign error such as a subtracted KL term); a negative log-likelihood of continuous data may go "
+        "somewhat below 0, never by orders of magnitude of where it started",
+    )
     loss_diverge_sigma: float = Field(
         6.0,
         description="a rise above the best level must also exceed this many "

@@ -221,3 +221,18 @@ def test_oscillation_from_the_first_step_is_dated_at_the_start():
     swings = [2.3 * (r.uniform(2.5, 4.0) if i % 2 else r.uniform(0.8, 1.2)) for i in range(40)]
     evs = [e for e in loss_events(run(swings)) if e[1] == "oscillating"]
     assert evs and evs[0][2] <= 2, evs
+
+
+def test_a_loss_falling_without_bound_below_zero_is_diverging_downwards():
+    """A VAE whose KL term lost its minus sign: 71 -> 5 -> -923 -> -2e20 (finite throughout). Dated where it
+    fell below the mirror image of its start (-start)."""
+    vae = [71.0 - 1.4 * i for i in range(48)] + [-923.0 * 10 ** (0.35 * i) for i in range(60)]
+    evs = loss_events(run(vae))
+    div = [e for e in evs if e[1] == "diverging"]
+    assert div and div[0][2] == 48, evs  # -923 < -71: the first step below -start
+
+
+def test_a_negative_loss_settling_below_zero_is_not_diverging():
+    """A Gaussian NLL of continuous data may go below 0 (to -2 from +1): not orders of magnitude."""
+    nll = [1.0 - 3.0 * (1 - math.exp(-i / 10)) + 0.01 * ((i * 7) % 3) for i in range(80)]
+    assert not [e for e in loss_events(run(nll)) if e[1] == "diverging"]

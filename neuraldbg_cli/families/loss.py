@@ -193,8 +193,34 @@ def loss_divergence(ctx: Context) -> Hypothesis | None:
         "clip gradients (clip_grad_norm_)",
         "check the update sign (maximize=True, a negative lr, loss sign)",
     ]
-    fixes = lower_lr_fix(ctx, at) + [fix("clip_grad_norm", tips[-2], max_norm=1.0)]
-    h = _loss_rule(ctx, "diverging", Kind.loss_divergence, 0.8, "The loss diverges (keeps growing)", tips, fixes=fixes)
+    evs = ctx.select(types=[EventType.optimizer_instability.value], to=["diverging"])
+    falls = [e for e in evs if e.metrics.get("fall_factor") is not None]
+    if falls and min(falls, key=lambda e: e.step) is min(evs, key=lambda e: e.step):
+        # a loss unbounded below: no learning rate cures a sign error, the loss's terms are the fix
+        tips = [
+            "check the sign of each loss term: a KL term is added, KLD = -0.5 * sum(1 + logvar - mu^2 - "
+            "exp(logvar)) >= 0; a term subtracted by mistake (or a loss that rewards unbounded outputs, e.g. "
+            "-output.mean()) has no lower bound",
+            *tips,
+        ]
+        h = _loss_rule(
+            ctx,
+            "diverging",
+            Kind.loss_divergence,
+            0.8,
+            "The loss falls without bound (a sign error such as a subtracted KL term, or a loss that rewards "
+            "unbounded outputs)",
+            tips,
+            fixes=[],  # no lr or clipping cures a sign error: nothing to apply from outside the script
+        )
+        if h is not None:
+            m = falls[0].metrics
+            h.summary += f" It fell to {m.get('fall_factor') or 0:.3g}x its start's size below zero."
+    else:
+        fixes = lower_lr_fix(ctx, at) + [fix("clip_grad_norm", tips[-2], max_norm=1.0)]
+        h = _loss_rule(
+            ctx, "diverging", Kind.loss_divergence, 0.8, "The loss diverges (keeps growing)", tips, fixes=fixes
+        )
     blow = _blowups(ctx)
     if h is not None and blow:  # the forward pass shows where values grew first (the origin stays the loss)
         h.summary += f" In the forward pass, {_blowup_phrase(ctx, blow)[1]}."

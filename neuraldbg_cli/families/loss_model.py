@@ -37,6 +37,7 @@ class LossSeries:
         self.n = 0
         self.last: float | None = None
         self.alone = True  # never reported in the same step as another series (a GAN's G and D: a game)
+        self.fall_from: int | None = None  # first step of the latest stretch below the mirror of its start
         self._restart()
 
     def _restart(self) -> None:
@@ -112,8 +113,28 @@ class LossSeries:
         if loss <= 0 and not self.raw:
             self.raw = True
             self._restart()
+        if loss < self._start - 2 * abs(self._start):
+            self.fall_from = step if self.fall_from is None else self.fall_from
+        else:
+            self.fall_from = None
         self._update(step, loss)
         return self._judge(step)
+
+    def _falls_without_bound(self) -> float | None:
+        """How many times its start's size a loss fell below zero, when that is orders of magnitude
+        (diverge_fall_factor): a loss that keeps falling has no lower bound (a sign error, e.g. a KL term
+        subtracted; a loss that rewards unbounded outputs), and is diverging downwards. Why: divergence is
+        usually growth, but |loss| growing with a negative sign is the same runaway; a positive loss (NLL,
+        MSE, BCE) can never go below 0 at all. Dated where it fell below the mirror image of its start
+        (start - 2|start|: -start for a positive loss). Only for a series trained alone: a game's payoff (a
+        WGAN critic's) can run negative by design."""
+        if not self.alone or self.fall_from is None or self.last is None or not self.first:
+            return None
+        scale = max(abs(self._start), 1e-12)
+        level = self._x(self.level)
+        if level is None or level >= 0 or -level < self.th.diverge_fall_factor * scale:
+            return None
+        return -level / scale
 
     def start(self) -> float:
         """The loss at initialisation, unless the first few are lower (a blow-up right away must not make
@@ -156,6 +177,10 @@ class LossSeries:
         if rise > need:
             metrics["rise_factor"] = math.exp(rise) if not self.raw else None
             return LossState.diverging.value, self.rise_from if self.rise_from is not None else step, metrics
+        fall = self._falls_without_bound()
+        if fall is not None and self.fall_from is not None:
+            metrics["fall_factor"] = fall
+            return LossState.diverging.value, self.fall_from, metrics
         osc = self._oscillating(start)
         if osc is not None:
             metrics.update(osc[1])
@@ -241,4 +266,6 @@ class LossSeries:
             onset = min(onset, step - self.th.plateau_min_losses + 1)  # a plateau may still be recognised
         if self.rise_from is not None and not diverged:
             onset = min(onset, self.rise_from)
+        if self.fall_from is not None and not diverged:
+            onset = min(onset, self.fall_from)
         return onset
