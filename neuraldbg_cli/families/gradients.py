@@ -393,7 +393,8 @@ def vanishing_gradient(ctx: Context) -> Hypothesis | None:
         tips.append("add residual (skip) connections so gradients reach the first layers")
     where = f"{ratio:.1e}× the largest layer's gradient" if ratio else "almost no gradient"
     summary = (
-        f"Gradients vanish toward the input: {origin.module} gets {where} from step {origin.step}; "
+        f"Gradients vanish toward the input: {origin.module or 'the model root own parameters'} gets {where} "
+        f"from step {origin.step}; "
         f"{len(first)} layer(s) affected, so the early layers barely learn."
     )
     return _hyp(Kind.vanishing_gradient, conf, origin, origin.step, summary, evs, tips, chain, fixes)
