@@ -212,6 +212,16 @@ def test_units_dead_before_any_update_are_not_blamed_on_the_lr():
     assert h.kind == Kind.dead_activation and "learning rate is too large" not in h.summary
 
 
+def test_units_dead_from_the_start_get_no_lr_advice_or_fix():
+    """Verify refuted a smaller lr for units dead at initialisation (a negative bias): none is offered."""
+    h = explain([ev(ACT, 0, "m1", "normal", "dead", "output", dead_frac=0.95)], MODELS, optimizer("SGD", 5.0))[0]
+    assert h.kind == Kind.dead_activation
+    assert not any("lr=" in s or "learning rate" in s for s in h.suggestions), h.suggestions
+    assert not any(f["id"] == "lr_scale" for f in h.fixes)
+    later = explain([ev(ACT, 4, "m1", "normal", "dead", "output", dead_frac=0.95)], MODELS, optimizer("SGD", 5.0))[0]
+    assert any(f["id"] == "lr_scale" for f in later.fixes)  # died while training at a large lr: it may be the lr
+
+
 # ---------------------------------------------------------------- activation blow-ups are evidence
 
 BLOWUP = [ev(ACT, 2, "m2", "normal", "anomalous", "output", std=1e6, baseline_std=1.0, std_ratio=1e6),

@@ -153,15 +153,15 @@ def dead_activation(ctx: Context) -> Hypothesis | None:
     ]
     # a large lr is the usual way units die during training: its fix first when the lr is above its range
     at = min((e.step for e in ctx.select(types=[EventType.activation_regime_shift.value], to=["dead"])), default=None)
-    tips = lower_lr(ctx, at) + tips if _lr_above_usual(ctx, at) else tips[:1] + lower_lr(ctx, at) + tips[1:]
+    if at == 0:  # dead before any update could act: the init or the data, not the learning rate (verify refutes
+        # a smaller lr there: units already dead are not revived by a smaller step)
+        tips = ["use LeakyReLU/GELU (a dead ReLU unit gets no gradient to recover with)", tips[1]]
+        fixes: list = []
+    else:
+        tips = lower_lr(ctx, at) + tips if _lr_above_usual(ctx, at) else tips[:1] + lower_lr(ctx, at) + tips[1:]
+        fixes = lower_lr_fix(ctx, at)
     return _activation_rule(
-        ctx,
-        "dead",
-        Kind.dead_activation,
-        0.62,
-        tips,
-        "Most ReLU units never activate on a whole batch (dead)",
-        lower_lr_fix(ctx, at),
+        ctx, "dead", Kind.dead_activation, 0.62, tips, "Most ReLU units never activate on a whole batch (dead)", fixes
     )
 
 
