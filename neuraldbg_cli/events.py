@@ -3,6 +3,7 @@ reasoner), Hypothesis/Report (reasoner -> renderers). No torch here: the reasone
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Annotated, Any, Final, Literal
@@ -304,7 +305,9 @@ class StepRecord:
     attn: dict[tuple[str, str], AttnStats] = field(default_factory=dict)  # (root, module) -> sampled steps only
     time: float | None = None  # when the step closed (perf_counter seconds): per-rank step times
     active: set[str] | None = None  # roots whose forward ran this step (None: unknown, judge all)
-    stepped: set[tuple[str, str]] = field(default_factory=set)  # (root, module) an optimizer stepped in this step
+    # per optimizer stepped in this step, the (root, module) owners of its parameters (one shared, cached
+    # collection per optimizer: read per sampled step, not copied per step)
+    stepped: tuple[Collection[tuple[str, str]], ...] = ()
 
 
 @dataclass

@@ -148,11 +148,13 @@ class ForwardObserver:
         if compiling() or not self.losses_on or "forward" in self._off or self._thread().depth:
             return  # (torch.compile first: traced, it reads no attribute of ours, so it guards on none)
         try:
-            if self._training():
+            extra = name in lossprobe.EXTRA_LOSSES  # wrapped for the loss-call probe only (sampled steps)
+            sampled = self._steps.buf.sampled
+            if (sampled or not extra) and self._training():
                 target = loss_target(args, kwargs)
-                if name not in lossprobe.EXTRA_LOSSES:  # a float target: data (a class loss's soft labels are not)
+                if not extra:  # a float target: data (a class loss's soft labels are not)
                     self._observe_target(target)
-                if self._steps.buf.sampled:
+                if sampled:
                     reduction = kwargs.get("reduction", "mean") if kwargs else "mean"
                     self._arch.loss(name, None, lossprobe.loss_input(args, kwargs), target, reduction)
         except Exception as e:  # noqa: BLE001

@@ -198,7 +198,7 @@ def to_records(pending: list[StepBuffer], grads_observed: bool) -> list[StepReco
             i += length
             _place(rec, what, key, chunk, extra)
         if buf.stepped:
-            rec.stepped = set().union(*buf.stepped)
+            rec.stepped = tuple(buf.stepped)  # the cached owner tuples themselves: no per-step set building
         for key in buf.norm_train:
             ns = rec.norms.get(key)
             if ns is not None:

@@ -5,6 +5,7 @@ from neuraldbg_cli.events import GradStats, ModelInfo, ModuleInfo, StepRecord
 from neuraldbg_cli.monitor import Monitor
 
 TH = Thresholds()
+OWNERS = (("G", "a"), ("G", "b"))  # one optimizer's parameter owners, as the probe hands them over
 
 
 def _monitor(names, in_optimizer=True):
@@ -24,7 +25,7 @@ def _weights_run(stepped_every, in_optimizer=True, steps=12):
     for step in range(steps):
         stepped = bool(stepped_every) and step % stepped_every == 0
         version += stepped
-        rec = StepRecord(step=step, sampled=True, stepped={("G", "a"), ("G", "b")} if stepped else set())
+        rec = StepRecord(step=step, sampled=True, stepped=(OWNERS,) if stepped else ())
         for n in ("a", "b"):
             rec.grads[("G", n)] = GradStats(norm=0.1, numel=100, weight_norm=1.0, checksum=(version,))
         mon.observe(rec)

@@ -4,6 +4,7 @@ reached them), moved by oversized steps (the learning rate) or collapsing (the w
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 
 from neuraldbg_cli.events import EventType, GradState, Hypothesis, Kind, StepRecord, UpdateState
 from neuraldbg_cli.families.advice import zero_lr
@@ -41,17 +42,20 @@ class WeightObserver(Observer):
         super().__init__(board)
         self.last_weights: dict[tuple, tuple] = {}  # checksums at the last sample
         self.weight_hist: dict[tuple, tuple[float, float]] = {}  # (root, module) -> (first, last) weight norm
-        self.stepped_since: set[tuple] = set()  # (root, module) whose optimizer stepped since the last sample
-        self.ever_stepped: set[tuple] = set()
+        # the owner collections of the optimizers stepped since the last sample / ever, by identity: a step
+        # costs one dict entry per optimizer; they are expanded to (root, module) pairs on sampled steps only
+        self.stepped_since: dict[int, Collection[tuple[str, str]]] = {}
+        self.ever_stepped: dict[int, Collection[tuple[str, str]]] = {}
 
     def observe(self, rec: StepRecord) -> None:
-        if rec.stepped:
-            self.stepped_since |= rec.stepped
-            self.ever_stepped |= rec.stepped
+        for owners in rec.stepped:
+            self.stepped_since[id(owners)] = owners  # (held here, so the id stays this collection's)
         if not rec.sampled:
             return  # weights are read on sampled steps only
-        resting = self.ever_stepped - self.stepped_since
-        self.stepped_since = set()
+        self.ever_stepped.update(self.stepped_since)
+        since = set().union(*self.stepped_since.values())
+        resting = set().union(*self.ever_stepped.values()) - since
+        self.stepped_since = {}
         th = self.th
         judged: dict[str, list[tuple]] = {}
         for (root, name), gs in rec.grads.items():
