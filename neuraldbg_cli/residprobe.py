@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from neuraldbg_cli import tensorstats as ts
 from neuraldbg_cli.vocab import is_norm, is_residual
 
 NORM_FIRST_TYPES = ("TransformerEncoderLayer", "TransformerDecoderLayer")  # their `norm_first` says the placement
@@ -90,10 +91,6 @@ def skip_of(out: torch.Tensor, x: torch.Tensor, type_name: str) -> tuple[str, st
     return None
 
 
-def _rms(t: torch.Tensor) -> torch.Tensor:
-    return torch.linalg.vector_norm(t) / math.sqrt(max(1, t.numel()))
-
-
 def values(
     module: torch.nn.Module, x: torch.Tensor | None, out: torch.Tensor | None
 ) -> tuple[list[torch.Tensor], ResidLayout] | None:
@@ -119,5 +116,8 @@ def values(
     with torch.no_grad():
         xf = x.detach().float()
         of = out.detach().float()
-        vals = [_rms(xf), _rms(of - xf), _rms(of)]
+        # RMS through the project's overflow-safe norms (a growing stream is what is looked for: it must not
+        # read as inf while its values are finite), one fused call for the three
+        per = 1.0 / math.sqrt(max(1, xf.numel()))
+        vals = [n * per for n in ts.norms([xf.reshape(-1), (of - xf).reshape(-1), of.reshape(-1)])]
     return vals, ResidLayout(tname, norm, where, True)
