@@ -266,6 +266,13 @@ class Thresholds(BaseModel):
         description="losses of the window above the start level, after it learned, "
         "for that second kind of oscillation (one is a spike)",
     )
+    chance_jump: float = Field(
+        1.1,
+        description="a class loss (cross_entropy, nll_loss over C classes) above this many times ln(C), "
+        "the loss of guessing every class equally likely, is worse than guessing: confident wrong "
+        "predictions. oscillation_jumps such losses in the window (past the first loss_window) are a "
+        "third kind of oscillation, whether or not the loss learned",
+    )
     anomalous_output_growth: float = Field(
         1e4,
         description="anomalous_growth for the model's last layer: logits "

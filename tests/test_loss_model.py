@@ -236,3 +236,45 @@ def test_a_negative_loss_settling_below_zero_is_not_diverging():
     """A Gaussian NLL of continuous data may go below 0 (to -2 from +1): not orders of magnitude."""
     nll = [1.0 - 3.0 * (1 - math.exp(-i / 10)) + 0.01 * ((i * 7) % 3) for i in range(80)]
     assert not [e for e in loss_events(run(nll)) if e[1] == "diverging"]
+
+
+def _class_loss_run(losses, classes):
+    """As run(), with one cross_entropy call over `classes` classes on each sampled step."""
+    from neuraldbg_cli.events import LossCallStats
+
+    events = []
+    mon = Monitor(TH, events.append)
+    for step, v in enumerate(losses):
+        rec = StepRecord(step=step, sampled=step % 10 == 0, loss=v)
+        if rec.sampled:
+            rec.loss_calls["cross_entropy"] = LossCallStats(
+                "cross_entropy", None, (64, classes), (64,), None, "mean", "float32", classes, 64
+            )
+        mon.observe(rec)
+    mon.finish()
+    return events
+
+
+def _spiky(level, spike, n, every=5, seed=0):
+    """A loss around `level` that jumps to about `spike` every `every` steps (the latest ones too)."""
+    rng = random.Random(seed)
+    return [(spike if i % every == every - 1 else level) * math.exp(rng.gauss(0, 0.05)) for i in range(n)]
+
+
+def test_a_class_loss_that_keeps_jumping_above_chance_oscillates():
+    # a word LM at an lr too large (pytorch/examples at lr 20): it starts near ln(V), settles a little lower,
+    # and keeps jumping far above what guessing every word scores; it never halves, so only chance tells
+    chance = math.log(2000)
+    losses = [chance * 0.95] * 3 + _spiky(0.85 * chance, 1.5 * chance, 120)
+    assert ("normal", "oscillating") in [(f, t) for f, t, _ in loss_events(_class_loss_run(losses, 2000))]
+
+
+def test_the_same_swings_below_chance_or_without_a_class_loss_are_not_judged_against_chance():
+    chance = math.log(2000)
+    below = [chance * 0.95] * 3 + _spiky(0.6 * chance, 0.9 * chance, 120)
+    assert "oscillating" not in [t for _, t, _ in loss_events(_class_loss_run(below, 2000))]
+    above = [chance * 0.95] * 3 + _spiky(0.85 * chance, 1.5 * chance, 120)
+    assert "oscillating" not in [t for _, t, _ in loss_events(run(above))]  # no class loss seen: no chance level
+    # a series that did not start near ln(C) is not that loss alone (a sum of terms, a scaled loss)
+    scaled = [3 * v for v in above]
+    assert "oscillating" not in [t for _, t, _ in loss_events(_class_loss_run(scaled, 2000))]

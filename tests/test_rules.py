@@ -152,3 +152,21 @@ def test_hidden_saturated_activation_still_suggests_relu():
                          to="saturated", site="output", metrics={"sat_frac": 0.9})]
     h = next(r for r in RULES if r.__name__ == "saturated_activation")(Context(events=evs, models=models))
     assert any("ReLU" in s for s in h.suggestions)
+
+
+def test_a_blow_up_that_left_a_residual_branch_swamping_its_skip_is_still_a_present_divergence():
+    """makemore's transformer at lr 1: the loss blows up from step 1 and comes back 140 steps later, but the
+    branches the blow-up threw out of scale stay so: the divergence is not history (at its full confidence),
+    the swamping its consequence. The same divergence with the branches back to normal is history (< 0.5)."""
+    loss = [ev("optimizer_instability", 1, None, "normal", "diverging", "loss", loss=52.6, start=3.5, recent=43.6),
+            ev("optimizer_instability", 140, None, "diverging", "normal", "loss", loss=6.8, start=3.5, recent=7.5),
+            ev("run_summary", 399, None, "running", "finished", "summary")]
+    swamp = ev("residual_health", 1, "h.0", "normal", "swamping", "residual", ratio=126.0)
+    healed = ev("residual_health", 150, "h.0", "swamping", "normal", "residual", ratio=2.0)
+    div = next(r for r in RULES if r.__name__ == "loss_divergence")
+    assert div(Context(events=loss + [swamp])).confidence == 0.8
+    assert div(Context(events=loss + [swamp, healed])).confidence < 0.5
+    ctx = Context(events=loss + [swamp])
+    hyps = rank([h for h in (r(ctx) for r in RULES) if h], slack=10)
+    assert hyps[0].kind == Kind.loss_divergence
+    assert next(h for h in hyps if h.kind == Kind.residual_imbalance).caused_by == Kind.loss_divergence

@@ -23,6 +23,8 @@ from neuraldbg_cli.families.loss_model import LossSeries
 from neuraldbg_cli.fixspec import fix
 from neuraldbg_cli.vocab import SOFTMAX_TYPES
 
+CLASS_LOSSES = ("cross_entropy", "nll_loss")  # losses over a class dim whose uniform guess scores ln(classes)
+
 
 class LossObserver(Observer):
     """Per step: each loss the step reported, fed to its series; the summary's losses come from the first."""
@@ -43,6 +45,19 @@ class LossObserver(Observer):
         losses = rec.losses or ({"": rec.loss} if rec.loss is not None else {})
         for name, loss in losses.items():
             self._observe_loss(rec.step, name, loss, alone=len(losses) == 1)
+        if len(losses) == 1 and rec.loss_calls:
+            self._chance_level(rec, next(iter(losses)))
+
+    def _chance_level(self, rec: StepRecord, name: str) -> None:
+        """A step whose one loss is one class loss over C classes, averaged: that loss's chance level is
+        ln(C) (see LossSeries._worse_than_guessing). Several loss calls in the step: none is known to be it."""
+        series = self.series.get(name)
+        calls = list(rec.loss_calls.values())
+        if series is None or len(calls) != 1:
+            return
+        call = calls[0]
+        if call.name in CLASS_LOSSES and call.reduction == "mean" and (call.classes or 0) >= 2:
+            series.chance = math.log(call.classes or 2)
 
     def _reset_loss(self, active: set[str]) -> None:
         """Loss series of models no longer trained are dropped: a new model's curve starts afresh."""
@@ -128,10 +143,15 @@ def _loss_persistence(ctx: Context, evs: list[Event], state: str, intermittent: 
     return min(0.6, 0.5 + 0.1 * share)  # base <= 0.8: at most 0.48
 
 
+LASTING = ("vanishing", "saturated", "dead", "swamping", "dead_branch", "stream_growth", "collapsed")
+
+
 def _lasting_damage(ctx: Context, since: int) -> bool:
-    """Whether units or gradients went dead, saturated or vanishing after `since` and stayed so: a blow-up
-    of the loss that left such damage is over, but its harm is not (the weights it wrecked stay wrecked)."""
-    for e in ctx.select(to=("vanishing", "saturated", "dead")):
+    """Whether units or gradients went dead, saturated or vanishing after `since` and stayed so, or the
+    structure the blow-up threw out of scale stayed so (a residual branch swamping or gone from its skip, a
+    stream grown block after block, attention rows collapsed to one key): a blow-up of the loss that left
+    such damage is over, but its harm is not (the weights it wrecked stay wrecked)."""
+    for e in ctx.select(to=LASTING):
         if e.step >= since and ctx.last_to((e.type, e.root, e.module, e.site)) == e.to:
             return True
     return False

@@ -38,6 +38,7 @@ class LossSeries:
         self.last: float | None = None
         self.alone = True  # never reported in the same step as another series (a GAN's G and D: a game)
         self.fall_from: int | None = None  # first step of the latest stretch below the mirror of its start
+        self.chance: float | None = None  # ln(classes) of the class loss that made this series (the loss observer)
         self._restart()
 
     def _restart(self) -> None:
@@ -238,9 +239,23 @@ class LossSeries:
                 and best < learned_level
                 and flips >= th.oscillation_flips_learned
             )
+            or (self._worse_than_guessing() >= th.oscillation_jumps and flips >= th.oscillation_flips_learned)
         ):
             return None
         return self._change_point(), {"low": min(recent), "high": max(recent), "swing": rel}
+
+    def _worse_than_guessing(self) -> int:
+        """How many losses of the window lie above chance: chance_jump times ln(C) for a series made by one
+        class loss over C classes. Why: guessing every class equally likely scores ln(C), so a loss above it is
+        a model confidently wrong, which training at a sane step size does not do once past its first steps
+        (the first loss_window are the fresh model's transient, not counted). The chance level is used only
+        where the series started near it (0.5-1.5x ln(C)): a series that is not that loss alone (a sum of
+        terms, a scaled loss) is not measured against it."""
+        chance = self.chance
+        if chance is None or self.raw or not self.first or not 0.5 * chance <= self._start <= 1.5 * chance:
+            return 0
+        settled = self.first_step + self.th.loss_window
+        return sum(1 for s, v in self.hist if s >= settled and v > self.th.chance_jump * chance)
 
     def _change_point(self) -> int:
         """Where an oscillation began within its window: the first step whose change from the step before it
