@@ -142,6 +142,8 @@ class GradientObserver(Observer):
     def __init__(self, board: Board) -> None:
         super().__init__(board)
         self.grad_base: dict[tuple, list[float]] = {}
+        self.baselines: dict[tuple, float] = {}  # key -> median of its full grad_base (it stops growing then)
+        self.roles: dict[str, str] = {}  # module name -> its role (block numbers masked), see _ahead
         self.got_grad: set[tuple] = set()
         self.fades: dict[str, ModelFade] = {}  # root -> its whole gradient norm over time
         self.loss_tracks: dict[str, LossTrack] = {}  # loss series -> its early and latest values
@@ -235,9 +237,13 @@ class GradientObserver(Observer):
         the input leaves a block's layer far below the same layer deeper in the stack; a layer that is small
         in every block is small by design (attention query/key at initialisation), not vanishing."""
         groups: dict[str, list[str]] = {}
+        roles = self.roles
         for n, v in rms.items():
             if model.modules[n].weight_ndim2 and _finite(v):
-                groups.setdefault(_DIGITS.sub("#", n), []).append(n)
+                role = roles.get(n)
+                if role is None:
+                    role = roles[n] = _DIGITS.sub("#", n)
+                groups.setdefault(role, []).append(n)
         out: dict[str, float] = {}
         for names in groups.values():
             if len(names) >= 2:
@@ -260,13 +266,17 @@ class GradientObserver(Observer):
         info = model.modules[name]
         key = ("grad", root, name)
         if _finite(value) and value > 0:
-            self.got_grad.update(((root, name), (root, None)))  # (root, None): some part of this model trains
-            self.board.grad_since[(root, name)] = max(value, self.board.grad_since.get((root, name), 0.0))
+            if (root, name) not in self.got_grad:
+                self.got_grad.update(((root, name), (root, None)))  # (root, None): some part of this model trains
+            since = self.board.grad_since
+            since[(root, name)] = max(value, since.get((root, name), 0.0))
         if value is None and not (info.in_optimizer or (root, None) in self.got_grad):
             return  # not meant to train: no optimizer holds it and no part of its model gets gradients (an EMA
             # copy or a teacher called with gradients on)
+        baseline = self.baselines.get(key)
         base = self.grad_base.setdefault(key, [])
-        baseline = statistics.median(base) if len(base) >= self.th.baseline_samples else None
+        if baseline is None and len(base) >= self.th.baseline_samples:
+            baseline = self.baselines[key] = statistics.median(base)  # full: it no longer changes
         state = classify_gradient(value, ref_max, baseline, info.weight_ndim2, depth, self.th, ahead)
         # the baseline that growth is measured against: the layer's own early scale, once it is on the scale of
         # its model's layers. A factor that starts at exactly 0 or ~1e-6 by construction (LoRA's A while B is 0,
