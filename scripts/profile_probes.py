@@ -21,10 +21,13 @@ ROOT = Path(__file__).resolve().parent.parent
 MODELS = ["mlp", "cnn", "transformer", "lstm", "gpt"]
 # (label, owner, attribute); owner names are resolved in the child
 PARTS = [
+    ("forward pre-hooks", "ForwardObserver", "pre_forward"),
     ("forward hooks (all)", "ForwardObserver", "post_forward"),
     ("  statistics of sampled sites", "ts", "full"),
     ("  non-finite sums", "ts", "cheap"),
-    ("gradient norms (pre-step)", "GradReader", "norms"),
+    ("optimizer pre-step hook", "StepPacer", "pre_step"),
+    ("  gradient norms", "GradReader", "norms"),
+    ("optimizer post-step hook (closes the step)", "StepPacer", "post_step"),
     ("weight norms + checksums", "GradReader", "step_stats"),
     ("flush: transfer + records", "records", "to_records"),
     ("flush: monitor", "monitor.Monitor", "observe"),
@@ -43,10 +46,12 @@ def child(model: str, every: int, steps: int) -> None:
     from neuraldbg_cli.config import Settings
     from neuraldbg_cli.gradreader import GradReader
     from neuraldbg_cli.observer import ForwardObserver
+    from neuraldbg_cli.pacer import StepPacer
+    from neuraldbg_cli.probes import Probe
     from neuraldbg_cli.rootfinder import RootFinder
     from neuraldbg_cli.session import Session
 
-    owners = {"ForwardObserver": ForwardObserver, "GradReader": GradReader, "RootFinder": RootFinder, "ts": ts,
+    owners = {"ForwardObserver": ForwardObserver, "StepPacer": StepPacer, "GradReader": GradReader, "RootFinder": RootFinder, "ts": ts,
               "records": records, "monitor.Monitor": monitor.Monitor, "RunWriter": tracewriter.RunWriter}
     acc: collections.Counter = collections.Counter()
 
