@@ -74,7 +74,7 @@ def _scalars(row: dict[str, Any], several_roots: bool) -> Iterator[tuple[str, An
             yield f"update_ratio/{name(key)}", update / weight
 
     for key, norm in _dict(row.get("norms")).items():  # see tracewriter._stats_row
-        if isinstance(norm, list) and len(norm) == 5 and isinstance(key, str):
+        if isinstance(norm, list) and len(norm) >= 5 and isinstance(key, str):
             for stat, value in zip(("norm_training", "norm_shift", "norm_log_scale", "norm_gain"), norm):
                 yield f"{stat}/{name(key)}", value
     for loss, call in _dict(row.get("loss_calls")).items():

@@ -110,9 +110,17 @@ def _stats_row(rec: StepRecord, t0: float | None = None) -> dict[str, Any]:
         updates = {"|".join(k): g.update_norm for k, g in rec.grads.items() if g.update_norm is not None}
         if updates:  # the change one optimizer step made to each module's weights (L2)
             row["updates"] = updates
-        if rec.norms:  # normalisation layers: mode (1 = train), batch vs running statistics, gain
+        if rec.norms:  # normalisation layers: mode (1 = train), batch vs running statistics, gain, batch shape
             row["norms"] = {
-                "|".join(k): [float(n.training), n.shift, n.log_scale, n.gain_rms, n.running_finite]
+                "|".join(k): [
+                    float(n.training),
+                    n.shift,
+                    n.log_scale,
+                    n.gain_rms,
+                    n.running_finite,
+                    n.per_channel,
+                    n.batch,
+                ]
                 for k, n in rec.norms.items()
             }
         if rec.loss_calls:  # how each loss was called: the input's range and its row sums' deviation from 1

@@ -1,6 +1,7 @@
 """A tiny Pre-LN causal transformer LM (attention through F.scaled_dot_product_attention, q/k/v apart as in
 nanoGPT) on sequences of a noisy repeating pattern, in two layouts:
-  --mode healthy   AdamW lr 3e-3 with a linear warm-up over 20 steps: quiet
+  --mode healthy   AdamW lr 3e-3 (weight decay --wd on every parameter, LayerNorm gains included) with a linear
+                   warm-up over 20 steps: quiet
   --mode collapse  the query and key projections get lr 0.1 (their own param group): the attention logits grow
                    and the rows collapse onto one key while the rest trains normally"""
 import math
@@ -10,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from common import args
 
-a = args(mode="healthy", steps=60)
+a = args(mode="healthy", steps=60, wd=0.1)
 torch.manual_seed(0)
 V, T, D, H, B = 16, 32, 32, 4, 16
 
@@ -72,7 +73,7 @@ if a.mode == "collapse":
     opt = torch.optim.Adam([{"params": qk, "lr": 0.1}, {"params": rest, "lr": 3e-3}])
     sched = None
 else:
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=a.wd)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20))
 for step in range(a.steps):
     x, y = batch()
