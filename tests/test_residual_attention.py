@@ -214,7 +214,7 @@ def test_residual_branch_scaled_to_nothing(observe):
     assert facts["norm_types"] == ["LayerNorm"] and facts["activation_types"] == ["GELU"]
 
 
-@pytest.mark.parametrize("mode", ["healthy", "rezero"])
+@pytest.mark.parametrize("mode", ["healthy", "rezero", "zero_gain"])
 def test_residual_twins_are_quiet(observe, mode):
     obs = observe("resid_mlp.py", "--mode", mode)
     assert obs.proc.returncode == 0, obs.proc.stderr
@@ -246,3 +246,10 @@ def test_pre_ln_transformer_with_warmup_is_quiet(observe):
     kinds = _kinds(obs.report, 0.0)
     assert "attention_collapse" not in kinds and "residual_imbalance" not in kinds, obs.report["hypotheses"]
     assert obs.report["status"] == "healthy", obs.report["hypotheses"]
+
+
+def test_gpt_with_weight_tied_embeddings_is_quiet(observe):
+    """One parameter in two modules (the token embedding and the output head, as GPT-2 and nanoGPT tie them)."""
+    obs = observe("attn_lm.py", "--mode", "tied")
+    assert obs.proc.returncode == 0, obs.proc.stderr
+    assert obs.report["status"] == "healthy" and not obs.report["hypotheses"], obs.report["hypotheses"]

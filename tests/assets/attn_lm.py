@@ -3,7 +3,8 @@ nanoGPT) on sequences of a noisy repeating pattern, in two layouts:
   --mode healthy   AdamW lr 3e-3 (weight decay --wd on every parameter, LayerNorm gains included) with a linear
                    warm-up over 20 steps: quiet
   --mode collapse  the query and key projections get lr 0.1 (their own param group): the attention logits grow
-                   and the rows collapse onto one key while the rest trains normally"""
+                   and the rows collapse onto one key while the rest trains normally
+  --mode tied      as healthy, with the output head's weight tied to the token embedding (GPT-2, nanoGPT)"""
 import math
 
 import torch
@@ -55,6 +56,8 @@ class LM(nn.Module):
 
 
 model = LM()
+if a.mode == "tied":
+    model.head.weight = model.tok.weight  # one parameter in two modules
 g = torch.Generator().manual_seed(0)
 pattern = torch.randint(0, V, (7,), generator=g)
 
