@@ -168,6 +168,17 @@ class Observer:
         return {}
 
 
+def _runs_floor(board: Board, family: str, since: dict[tuple[str, str], int], state: str, now: int) -> int:
+    """`floor` of a family that dates `state` back to where a run of readings began (`since`: (root, module) ->
+    the run's first step): the earliest run whose site's machine has not confirmed that state yet."""
+    floor = now
+    for (root, name), start in since.items():
+        machine = board.machines.get((family, root, name))
+        if machine is None or machine.state != state:
+            floor = min(floor, start)
+    return floor
+
+
 Event = SemanticEvent  # what a rule reads: one line of events.jsonl
 Rule = Callable[["Context"], Hypothesis | None]
 

@@ -45,6 +45,7 @@ from neuraldbg_cli.families.base import (
     _finite,
     _first_by_module,
     _hyp,
+    _runs_floor,
     _still,
 )
 from neuraldbg_cli.fixspec import fix
@@ -177,12 +178,7 @@ class NormObserver(Observer):
 
     def floor(self, now: int) -> int:
         """A drift is dated back to where its run above the limit began (see observe)."""
-        floor = now
-        for (root, name), since in self.drift_since.items():
-            machine = self.board.machines.get(("norm", root, name))
-            if machine is None or machine.state != S.drift.value:
-                floor = min(floor, since)
-        return floor
+        return _runs_floor(self.board, "norm", self.drift_since, S.drift.value, now)
 
 
 # ---------------------------------------------------------------- rule
