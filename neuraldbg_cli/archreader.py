@@ -33,7 +33,7 @@ class ArchReader:
         (a grad-enabled evaluation pass in eval mode must not hide that the training forwards ran in train mode)."""
         buf, key = self._steps.buf, (root.name, name)
         if module.training:
-            buf.norm_train.add(key)
+            buf.norm_train[key] = buf.norm_train.get(key, 0) + 1
         nkey = ("norm", *key)
         if nkey in buf.seen:
             return

@@ -313,6 +313,54 @@ class Thresholds(BaseModel):
         description="a BatchNorm momentum at or above this is another framework's convention (Keras' 0.9/0.99 is the "
         "old average's weight; PyTorch's momentum is the new batch's, default 0.1)",
     )
+    norm_drift_noise: float = Field(
+        2.5,
+        description="a BatchNorm in training mode drifts when its batch statistics sit this many times farther "
+        "from its running ones than an i.i.d. batch can: a batch of B values per channel puts its channel means "
+        "about 0.67/sqrt(B) running standard deviations from the running means (median over channels, all of "
+        "the variance between samples; less with spatial positions) and its log variances about "
+        "0.67*sqrt(2/B) from theirs. Measured: healthy ResNet/CNN training 0.2-0.6 of the limit after the first "
+        "steps, a GAN discriminator's separate real/fake batches ~1.5 (several calls a step: not judged), two "
+        "sources preprocessed differently in alternating batches 1.5",
+    )
+    norm_drift_shift: float = Field(
+        0.25,
+        description="... and at least this many running standard deviations (median over channels): at large "
+        "batches the noise limit falls below the lag of running statistics behind weights that still move",
+    )
+    norm_drift_log_scale: float = Field(
+        0.4, description="... or a median |ln(var_batch / var_running)| of at least this (a variance ratio of 1.5)"
+    )
+    norm_drift_memory: float = Field(
+        0.05,
+        description="running statistics still remember their initial 0/1 (or a start far from the data) while "
+        "(1 - momentum)^n, n the training batches they averaged, is above this (29 batches at momentum 0.1, 299 "
+        "at 0.01): not judged for drift before",
+    )
+    norm_drift_memories: float = Field(
+        3.0,
+        description="a drift must hold for this many of the running statistics' time constants (1/momentum "
+        "steps: 30 at the default 0.1) before it is one: running statistics lag weights that move fast early on, "
+        "and that lag shrinks within a few time constants once the weights settle",
+    )
+    norm_gain_collapse: float = Field(
+        0.05,
+        description="a normalisation gain (its weight's RMS) below this fraction of its first value, and falling "
+        "(norm_gain_rise), has collapsed: the layer passes (almost) no signal. Healthy gains stay within 0.1-10x "
+        "of their start, weight decay on LayerNorm gains included (the gradient holds them up); one that settled "
+        "low over a long training is not falling",
+    )
+    norm_gain_growth: float = Field(
+        20.0,
+        description="a normalisation gain above this many times its first value, and still rising, grows without "
+        "bound (healthy: within 0.1-10x of its start)",
+    )
+    norm_gain_rise: float = Field(
+        1.25,
+        description="a gain rises (falls) when it is this factor above (below) its value norm_gain_window samples "
+        "before: a gain collapses while it falls, grows without bound while it rises",
+    )
+    norm_gain_window: int = Field(3, description="samples of a gain's RMS its trend is judged over")
     loss_row_tol: float = Field(
         1e-3,
         description="a loss input whose rows (over the class dim) all sum to 1 within this, with every value in "

@@ -91,6 +91,9 @@ class NormState(str, Enum):
     poisoned = "poisoned"  # its running statistics are NaN/Inf
     few_values = "few_values"  # too few values per channel for batch statistics
     momentum = "momentum"  # momentum >= 0.5: another framework's convention (PyTorch's is the new batch's weight)
+    drift = "drift"  # in training mode, the batch statistics stay far from the running ones eval mode will use
+    gain_collapse = "gain_collapse"  # the gain's RMS fell toward 0 from its first value and is still falling
+    gain_growth = "gain_growth"  # the gain's RMS grew many times its first value and is still rising
 
 
 class ResidualState(str, Enum):
@@ -216,8 +219,10 @@ class GradStats:
 class NormStats:
     """A normalisation layer on a sampled step (normprobe.py). training: it ran in training mode at some call of
     the step; per_channel: values behind each channel's batch statistics (0: no running statistics read);
-    running_finite / running_initial: 1.0 or 0.0 (None: not read); shift / log_scale: the batch's statistics
-    against the running ones (see normprobe.values); gain_rms: the RMS of its weight (None: no gain)."""
+    batch: the batch size behind them; calls: its training-mode calls in the step; running_finite /
+    running_initial: 1.0 or 0.0 (None: not read); shift / log_scale: the batch's statistics against the running
+    ones (see normprobe.values); tracked: its num_batches_tracked (training-mode forwards so far); gain_rms: the
+    RMS of its weight (None: no gain)."""
 
     type: str
     training: bool
@@ -229,6 +234,9 @@ class NormStats:
     shift: float | None = None
     log_scale: float | None = None
     gain_rms: float | None = None
+    batch: int = 0
+    calls: int = 0
+    tracked: float | None = None
 
 
 @dataclass(slots=True)

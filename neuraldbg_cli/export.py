@@ -74,13 +74,22 @@ def _scalars(row: dict[str, Any], several_roots: bool) -> Iterator[tuple[str, An
             yield f"update_ratio/{name(key)}", update / weight
 
     for key, norm in _dict(row.get("norms")).items():  # see tracewriter._stats_row
-        if isinstance(norm, list) and len(norm) == 5 and isinstance(key, str):
+        if isinstance(norm, list) and len(norm) >= 5 and isinstance(key, str):
             for stat, value in zip(("norm_training", "norm_shift", "norm_log_scale", "norm_gain"), norm):
                 yield f"{stat}/{name(key)}", value
     for loss, call in _dict(row.get("loss_calls")).items():
-        if isinstance(call, list) and len(call) == 3:
+        if isinstance(call, list) and len(call) >= 3:
             for stat, value in zip(("loss_input_min", "loss_input_max", "loss_row_sum_dev"), call):
                 yield f"{stat}/{loss}", value
+    for key, block in _dict(row.get("resid")).items():  # skip, branch, output RMS
+        if isinstance(block, list) and len(block) == 3 and isinstance(key, str):
+            skip, branch, _ = block
+            if _number(skip) and _number(branch) and skip > 0:  # healthy 0.1-3 (see families/residual.py)
+                yield f"resid_branch_ratio/{name(key)}", branch / skip
+    for key, attn in _dict(row.get("attn")).items():  # largest logit, entropy mean and median
+        if isinstance(attn, list) and len(attn) == 3 and isinstance(key, str):
+            yield f"attn_max_logit/{name(key)}", attn[0]
+            yield f"attn_entropy/{name(key)}", attn[2]
 
 
 def _event_line(ev: Any) -> str:

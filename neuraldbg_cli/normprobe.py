@@ -25,26 +25,29 @@ class NormLayout(NamedTuple):
     trainable: bool  # it has parameters that require a gradient
     momentum: float | None  # BatchNorm's momentum (None: cumulative average, or not a BatchNorm)
     per_channel: int  # values behind each channel's batch statistics (0: not a BatchNorm with running stats)
+    batch: int  # the batch size behind them (the input's first dim)
     running: bool  # the values include the running-statistics part (see `values`)
     gain: bool  # the values end with the gain's RMS
 
 
 def values(module: torch.nn.Module, x: torch.Tensor | None) -> tuple[list[torch.Tensor], NormLayout] | None:
     """0-d device tensors for one norm layer, and their layout; None when there is nothing to read. The running
-    part is [finite, initial, shift, log_scale]: shift = median over channels of |mu_batch - mu_running| /
-    sigma_running, log_scale = median of |ln(var_batch / var_running)| (both 0 for statistics that describe the
-    batch; a frozen layer fed other data drifts from 0)."""
+    part is [finite, initial, shift, log_scale, tracked]: shift = median over channels of |mu_batch - mu_running|
+    / sigma_running, log_scale = median of |ln(var_batch / var_running)| (both 0 for statistics that describe the
+    batch; a frozen layer fed other data drifts from 0); tracked = num_batches_tracked (how long the running
+    statistics have averaged, -1 when the layer does not count)."""
     weight = getattr(module, "weight", None)
     gain = isinstance(weight, torch.Tensor) and weight.numel() > 0
     trainable = any(p.requires_grad for p in module.parameters(recurse=False))
     out: list[torch.Tensor] = []
-    per_channel, running, momentum = 0, False, None
+    per_channel, batch, running, momentum = 0, 0, False, None
     if isinstance(module, _BatchNorm):
         momentum = module.momentum
         rm, rv = module.running_mean, module.running_var
         if rm is not None and rv is not None and x is not None and x.dim() >= 2 and x.shape[1] == rm.numel():
             running = True
             per_channel = x.numel() // max(1, x.shape[1])
+            batch = x.shape[0]
             eps = float(module.eps)
             xf = x.detach()
             xf = xf.float() if xf.dtype != torch.float32 else xf
@@ -55,11 +58,15 @@ def values(module: torch.nn.Module, x: torch.Tensor | None) -> tuple[list[torch.
             initial = (rmf == 0).all() & (rvf == 1).all()
             shift = ((mu_b - rmf).abs() / (rvf + eps).sqrt()).median()
             log_scale = ((var_b + eps).log() - (rvf + eps).log()).abs().median()
-            out += [finite.float(), initial.float(), shift, log_scale]
+            n = module.num_batches_tracked
+            tracked = n.detach().float() if isinstance(n, torch.Tensor) else torch.full_like(shift, -1.0)
+            out += [finite.float(), initial.float(), shift, log_scale, tracked]
     if gain:
         w = weight.detach()  # type: ignore[union-attr]
         out.append(torch.linalg.vector_norm(w.float() if w.dtype != torch.float32 else w) / (w.numel() ** 0.5))
     if not out:
         return None
-    lay = NormLayout(type(module).__name__, bool(module.training), trainable, momentum, per_channel, running, gain)
+    lay = NormLayout(
+        type(module).__name__, bool(module.training), trainable, momentum, per_channel, batch, running, gain
+    )
     return out, lay

@@ -13,6 +13,7 @@ import torch
 from neuraldbg_cli.guard import Guard
 from neuraldbg_cli.paramsets import ParamSets
 from neuraldbg_cli.stepclock import series_name
+from neuraldbg_cli.vocab import warms_up
 
 
 class _Series(NamedTuple):
@@ -90,17 +91,15 @@ class OptimizerWatch:
         return not active or not roots or not roots.isdisjoint(active)
 
     def describe(self) -> list[dict[str, Any]]:
-        """Every optimizer the run used, in the order they appeared: type, hyperparameters per group, number
-        of parameters."""
+        """Every optimizer the run used, in the order they appeared: type, hyperparameters per group (betas as a
+        list), number of parameters, the root models it trains and the lrs it was seen with."""
         for opt in list(self.optimizers):
-            groups = [
-                {k: v for k, v in g.items() if k != "params" and isinstance(v, (int, float, bool, str))}
-                for g in opt.param_groups
-            ]
+            groups = [{k: v for k, v in g.items() if k != "params" and _plain(v)} for g in opt.param_groups]
             self._described[id(opt)] = {
                 "type": type(opt).__name__,
-                "groups": groups,
+                "groups": [{k: list(v) if isinstance(v, tuple) else v for k, v in g.items()} for g in groups],
                 "params": sum(p.numel() for g in opt.param_groups for p in g["params"]),
+                "roots": sorted({root for root, _ in self._sets.of_optimizer(opt).owners}),
             }
             if self._lr_at.get(id(opt)):
                 self._described[id(opt)]["lr_at"] = [list(p) for p in self._lr_at[id(opt)]]
@@ -109,3 +108,34 @@ class OptimizerWatch:
     def optimized_ids(self) -> set[int]:
         """id() of every parameter some live optimizer has."""
         return {id(p) for opt in list(self.optimizers) for g in opt.param_groups for p in g["params"]}
+
+
+def _plain(v: Any) -> bool:
+    """A hyperparameter model.json can hold: a number, flag or name, or a tuple of numbers (Adam's betas)."""
+    if isinstance(v, tuple):
+        return all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
+    return isinstance(v, (int, float, bool, str))
+
+
+def optimizer_facts(described: list[dict[str, Any]], root: str) -> list[dict[str, Any]]:
+    """The architecture facts of the optimizers that train the root model `root` (from `describe`): class, peak
+    lr, betas or momentum, the weight decays of its groups, whether its schedule warms up (None: no lr read)."""
+    out = []
+    for d in described:
+        if root not in d.get("roots", ()):
+            continue
+        groups = d.get("groups") or []
+        lr_at = d.get("lr_at") or []
+        lrs = [abs(v) for p in lr_at for v in p[1:]] or [abs(g["lr"]) for g in groups if _number(g.get("lr"))]
+        fact: dict[str, Any] = {"type": d.get("type"), "lr": max(lrs) if lrs else None}
+        for key in ("betas", "momentum"):
+            if groups and key in groups[0]:
+                fact[key] = groups[0][key]
+        fact["weight_decay"] = sorted({g["weight_decay"] for g in groups if _number(g.get("weight_decay"))})
+        fact["warmup"] = warms_up(lr_at) if lr_at else None
+        out.append(fact)
+    return out
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)

@@ -36,7 +36,7 @@ from neuraldbg_cli.guard import Guard
 from neuraldbg_cli.hookset import HookSet
 from neuraldbg_cli.lossprobe import EXTRA_LOSSES
 from neuraldbg_cli.observer import ForwardObserver
-from neuraldbg_cli.optimizers import OptimizerWatch
+from neuraldbg_cli.optimizers import OptimizerWatch, optimizer_facts
 from neuraldbg_cli.pacer import StepPacer
 from neuraldbg_cli.paramsets import ParamSets
 from neuraldbg_cli.provenance import FLOAT_TARGET_LOSSES, wrap_loss
@@ -156,9 +156,15 @@ class Probe:
     # ---- description for the run directory ----
 
     def models(self) -> list[ModelInfo]:
-        """Every root model seen, also those gone since (the trace names them)."""
-        optimized = self._opts.optimized_ids()
-        return [root.info(optimized) for root in self.reg.roots]
+        """Every root model seen, also those gone since (the trace names them); the optimizers that train each
+        are among its facts."""
+        optimized, described = self._opts.optimized_ids(), self._opts.describe()
+        infos = [root.info(optimized) for root in self.reg.roots]
+        for info in infos:
+            trained_by = optimizer_facts(described, info.name)
+            if trained_by:
+                info.facts["optimizers"] = trained_by
+        return infos
 
     def optimizer_info(self) -> list[dict[str, Any]]:
         """Every optimizer the run used, also those already garbage-collected (a pre-training phase's)."""

@@ -74,7 +74,7 @@ class StepBuffer:
         self.time: float | None = None  # perf_counter() when the step closed
         self.scaled = False  # a GradScaler-scaled backward happened in this step
         self.stepped: list[tuple] = []  # the owners (root, module) of each optimizer stepped in this step
-        self.norm_train: set[tuple] = set()  # norm layers (root, module) that ran in training mode this step
+        self.norm_train: dict[tuple, int] = {}  # norm layers (root, module) -> their training-mode calls this step
 
     def check(self, key: tuple, t: torch.Tensor) -> None:
         """A cheap non-finite check. Past MAX_CHECKS (forwards without a step closing: grad-enabled evaluation,
@@ -199,10 +199,10 @@ def to_records(pending: list[StepBuffer], grads_observed: bool) -> list[StepReco
             _place(rec, what, key, chunk, extra)
         if buf.stepped:
             rec.stepped = tuple(buf.stepped)  # the cached owner tuples themselves: no per-step set building
-        for key in buf.norm_train:
+        for key, calls in buf.norm_train.items():
             ns = rec.norms.get(key)
             if ns is not None:
-                ns.training = True
+                ns.training, ns.calls = True, calls
         if rec.losses:  # the pacing optimizer's series, else the first stepped
             rec.loss = rec.losses.get(buf.main, next(iter(rec.losses.values())))  # type: ignore[arg-type]
         checks = values[i : i + len(buf.checks)]
@@ -262,9 +262,10 @@ def _accumulate(rec: StepRecord, owners: tuple, norms: list[float], attr: str) -
 
 def _place_norm(rec: StepRecord, key: tuple[str, str], chunk: list[float], lay: Any) -> None:
     ns = rec.norms[key] = NormStats(lay.type, lay.training, lay.trainable, lay.momentum, lay.per_channel)
+    ns.batch = lay.batch
     rest = iter(chunk)
     if lay.running:
-        ns.running_finite, ns.running_initial, ns.shift, ns.log_scale = (next(rest) for _ in range(4))
+        ns.running_finite, ns.running_initial, ns.shift, ns.log_scale, ns.tracked = (next(rest) for _ in range(5))
     if lay.gain:
         ns.gain_rms = next(rest)
 

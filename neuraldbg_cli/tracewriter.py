@@ -110,16 +110,35 @@ def _stats_row(rec: StepRecord, t0: float | None = None) -> dict[str, Any]:
         updates = {"|".join(k): g.update_norm for k, g in rec.grads.items() if g.update_norm is not None}
         if updates:  # the change one optimizer step made to each module's weights (L2)
             row["updates"] = updates
-        if rec.norms:  # normalisation layers: mode (1 = train), batch vs running statistics, gain
+        if rec.norms:  # normalisation layers: mode (1 = train), batch vs running statistics, gain, batch shape
             row["norms"] = {
-                "|".join(k): [float(n.training), n.shift, n.log_scale, n.gain_rms, n.running_finite]
+                "|".join(k): [
+                    float(n.training),
+                    n.shift,
+                    n.log_scale,
+                    n.gain_rms,
+                    n.running_finite,
+                    n.per_channel,
+                    n.batch,
+                ]
                 for k, n in rec.norms.items()
             }
-        if rec.loss_calls:  # how each loss was called: the input's range and its row sums' deviation from 1
-            row["loss_calls"] = {name: [c.min, c.max, c.row_sum_dev] for name, c in rec.loss_calls.items()}
+        if rec.loss_calls:  # how each loss was called: the input's range, its row sums' deviation from 1, shapes
+            row["loss_calls"] = {
+                name: [c.min, c.max, c.row_sum_dev, list(c.input_shape), _shape(c.target_shape)]
+                for name, c in rec.loss_calls.items()
+            }
+        if rec.resid:  # residual blocks: RMS of the skip (the block's input), of the branch, of the output
+            row["resid"] = {"|".join(k): [r.skip_rms, r.branch_rms, r.out_rms] for k, r in rec.resid.items()}
+        if rec.attn:  # attention layers: the largest logit, the rows' normalised entropy (mean, median)
+            row["attn"] = {"|".join(k): [a.max_logit, a.entropy, a.entropy_median] for k, a in rec.attn.items()}
         if t0 is not None:
             row["sums"] = {"|".join(k): [int(v) for v in g.checksum] for k, g in rec.grads.items() if g.checksum}
     return row
+
+
+def _shape(shape: tuple[int, ...] | None) -> list[int] | None:
+    return None if shape is None else list(shape)
 
 
 STATS_EVERY_STEP = 1000  # stats.jsonl holds every step's row for this many steps, then a thinned sample

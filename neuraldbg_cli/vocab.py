@@ -220,3 +220,19 @@ DECOUPLED_DECAY_PREFIX = ("fused",)
 def decoupled_decay(optimizer_type: str) -> bool:
     name = optimizer_type.lower()
     return name in DECOUPLED_DECAY_EXACT or name.startswith(DECOUPLED_DECAY_PREFIX)
+
+
+# a learning-rate schedule warms up when some group's lr rises first (its first change is upward) to at least this
+# factor of its first value: linear/LambdaLR warm-ups, OneCycle (max_lr / 25 at first); not a constant lr, a decay,
+# nor restarts that begin by decaying
+WARMUP_RISE = 2.0
+
+
+def warms_up(points: list[list[float]]) -> bool:
+    """points: [step, lr of each group] where the lr changed, in step order (model.json's lr_at)."""
+    for i in range(1, len(points[0]) if points else 0):
+        lrs = [abs(p[i]) for p in points]
+        changes = [b - a for a, b in zip(lrs, lrs[1:]) if b != a]
+        if changes and changes[0] > 0 and max(lrs) >= WARMUP_RISE * lrs[0]:
+            return True
+    return False

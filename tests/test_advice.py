@@ -16,6 +16,7 @@ from neuraldbg_cli.families import RULES
 from neuraldbg_cli.families.base import Context
 from neuraldbg_cli.families.settings import SETTINGS
 from neuraldbg_cli.reasoner import failing_kinds, rank
+from neuraldbg_cli.vocab import warms_up
 
 GRAD, ACT, LOSS, UPD = ("gradient_health_transition", "activation_regime_shift", "optimizer_instability",
                         "parameter_update")
@@ -422,3 +423,33 @@ def test_postln_without_warmup_is_told_warmup_or_preln_never_residuals():
     warm = scheduled("AdamW", [(0, 1e-4), (10, 2e-3), (30, 5e-3)])
     assert not any("norm_first" in s for h in explain(evs, postln(), warm) for s in h.suggestions)
     assert not any("norm_first" in s for h in explain(evs, postln(norm_first=True), flat) for s in h.suggestions)
+
+
+def test_postln_advice_reads_the_optimizer_facts_of_model_json():
+    evs = [ev(LOSS, 0, None, "normal", "plateau", "loss", recent=2.77, start=2.9, best=2.6)]
+
+    def with_facts(warmup, kind="AdamW"):
+        models = postln()
+        models[0]["facts"] = {"optimizers": [{"type": kind, "lr": 5e-3, "weight_decay": [0.01], "warmup": warmup}]}
+        return models
+
+    tips = lambda models: [s for h in explain(evs, models, []) for s in h.suggestions]  # noqa: E731
+    assert any("AdamW and no warm-up" in s for s in tips(with_facts(False)))
+    assert not any("norm_first" in s for s in tips(with_facts(True)))  # the fact, not the (absent) lr history
+    assert not any("norm_first" in s for s in tips(with_facts(None)))  # unknown: no claim
+    assert not any("norm_first" in s for s in tips(with_facts(False, "SGD")))
+
+
+@pytest.mark.parametrize(
+    "points, warm",
+    [
+        ([[0, 1e-4], [10, 2e-3], [30, 5e-3], [100, 1e-3]], True),  # linear warm-up, then a decay
+        ([[0, 4e-4], [10, 5e-3], [50, 1e-5]], True),  # OneCycle: max_lr / 25 first
+        ([[0, 5e-3]], False),  # constant
+        ([[0, 5e-3], [50, 5e-4]], False),  # a step decay
+        ([[0, 1e-2], [10, 1e-3], [20, 1e-2]], False),  # cosine restarts: it decays first
+        ([[0, 1e-3, 1e-4], [10, 1e-3, 1e-3]], True),  # one group warms up
+    ],
+)
+def test_what_a_warm_up_is(points, warm):
+    assert warms_up(points) is warm

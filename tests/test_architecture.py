@@ -7,12 +7,20 @@ def _kinds(report, least=0.5):
     return {h["kind"]: h for h in report["hypotheses"] if h["confidence"] >= least}
 
 
-@pytest.mark.parametrize("mode,args", [("healthy", ()), ("frozen_bn", ()), ("groupnorm", ("--steps", "200"))])
+@pytest.mark.parametrize(
+    "mode,args",
+    [
+        ("healthy", ("--steps", "120")),  # running statistics judged for drift from step 29 on
+        ("frozen_bn", ()),
+        ("groupnorm", ("--steps", "200")),
+        ("slimming", ("--lam", "1e-4", "--steps", "200")),  # an L1 penalty on the gains of the usual size
+    ],
+)
 def test_batchnorm_used_right_is_quiet(observe, mode, args):
     obs = observe("bn_cnn.py", "--mode", mode, *args)
     assert obs.proc.returncode == 0, obs.proc.stderr
     assert "normalization_fault" not in _kinds(obs.report, 0.0), obs.report["hypotheses"]
-    if mode != "groupnorm":  # (batch 4: its loss is noisy, judged only for the norm)
+    if mode != "groupnorm":  # (batch 2: its loss is noisy, judged only for the norm)
         assert obs.report["status"] == "healthy", obs.report["hypotheses"]
 
 
@@ -48,6 +56,27 @@ def test_momentum_in_another_frameworks_convention(observe):
     top = observe("bn_cnn.py", "--mode", "momentum").top
     assert top["kind"] == "normalization_fault" and "momentum=0.9" in top["summary"]
     assert any("momentum=0.1" in s for s in top["suggestions"])
+
+
+def test_running_stats_that_fit_no_training_batch_drift(observe):
+    """Two sources in turn, one normalised and one raw: train mode hides it, eval mode's statistics fit neither."""
+    obs = observe("bn_cnn.py", "--mode", "two_sources", "--steps", "120")
+    top = obs.top
+    assert top["kind"] == "normalization_fault" and top["confidence"] >= 0.6, obs.report["hypotheses"]
+    assert top["origin"]["module"] == "1" and 30 <= top["origin"]["step"] <= 40  # its statistics forgot 0/1 at 29
+    assert "disagree with the training batches" in top["summary"] and "i.i.d. batch of 64" in top["summary"]
+    assert any("preprocessing" in s for s in top["suggestions"]) and any("update_bn" in s for s in top["suggestions"])
+    drift = top["evidence"][0]
+    assert drift["to"] == "drift" and drift["drift"] > 1 and drift["batch"] == 64 and drift["calls"] == 1
+
+
+def test_a_penalty_that_collapses_the_gains(observe):
+    obs = observe("bn_cnn.py", "--mode", "slimming", "--steps", "200")
+    top = obs.top
+    assert top["kind"] == "normalization_fault" and top["confidence"] >= 0.6, obs.report["hypotheses"]
+    assert top["origin"]["module"] == "1" and 90 <= top["origin"]["step"] <= 110
+    assert "gain collapsed toward 0" in top["summary"] and set(top["propagation"]) == {"1", "4"}
+    assert any("L1" in s for s in top["suggestions"])
 
 
 @pytest.mark.parametrize(

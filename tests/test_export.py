@@ -109,13 +109,30 @@ def test_tensorboard_missing_is_one_line(tmp_path):
     assert not (tmp_path / "tb").exists()
 
 
-def test_normalisation_and_loss_call_scalars():
-    """The architecture statistics (tracewriter._stats_row: norms, loss_calls) become scalars of their own."""
-    row = {"step": 3, "loss": 1.0, "norms": {"Net|bn1": [0.0, 2.5, 1.1, 0.9, 1.0]},
-           "loss_calls": {"cross_entropy": [0.01, 0.3, 1e-7]}}
+def test_architecture_scalars():
+    """The architecture statistics (tracewriter._stats_row: norms, loss_calls, resid, attn) become scalars of their
+    own; rows written before a field grew (5 norm values, 3 loss-call values) still export."""
+    row = {"step": 3, "loss": 1.0, "norms": {"Net|bn1": [0.0, 2.5, 1.1, 0.9, 1.0, 4096, 64], "Net|bn2": [1.0] * 5},
+           "loss_calls": {"cross_entropy": [0.01, 0.3, 1e-7, [8, 4], [8]], "mse_loss": [0.0, 1.0, None]},
+           "resid": {"Net|blocks.0": [2.0, 0.5, 2.1], "Net|blocks.1": [0.0, 0.5, 0.5]},
+           "attn": {"Net|blocks.0.attn": [55.0, 0.1, 0.02]}}
     got = dict(_scalars(row, several_roots=False))
     assert got["norm_training/bn1"] == 0.0 and got["norm_shift/bn1"] == 2.5 and got["norm_gain/bn1"] == 0.9
+    assert got["norm_gain/bn2"] == 1.0 and got["loss_input_max/mse_loss"] == 1.0
     assert got["loss_input_max/cross_entropy"] == 0.3 and got["loss_row_sum_dev/cross_entropy"] == 1e-7
+    assert got["resid_branch_ratio/blocks.0"] == 0.25 and "resid_branch_ratio/blocks.1" not in got  # a zero skip
+    assert got["attn_max_logit/blocks.0.attn"] == 55.0 and got["attn_entropy/blocks.0.attn"] == 0.02
+
+
+def test_a_transformer_run_writes_residual_and_attention_statistics(observe):
+    rows = [json.loads(line) for line in (observe("attn_lm.py", "--mode", "healthy").run_dir / "stats.jsonl")
+            .read_text().splitlines()]
+    sampled = [r for r in rows if "attn" in r]
+    assert sampled and all(set(r["resid"]) == {"LM|blocks.0", "LM|blocks.1"} for r in sampled)
+    assert set(sampled[0]["attn"]) == {"LM|blocks.0.attn", "LM|blocks.1.attn"}
+    assert sampled[0]["loss_calls"]["cross_entropy"][3:] == [[512, 16], [512]]
+    tags = {tag for r in sampled for tag, _ in _scalars(r, several_roots=False)}
+    assert {"resid_branch_ratio/blocks.1", "attn_max_logit/blocks.0.attn", "attn_entropy/blocks.1.attn"} <= tags
 
 
 def test_a_batchnorm_run_writes_its_norm_statistics(observe):

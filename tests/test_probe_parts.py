@@ -213,6 +213,8 @@ def test_optimizer_watch_names_series_by_the_part_trained_and_describes_gone_opt
     assert watch.alive(id(opt_d), {"GAN"}) and not watch.alive(id(opt_d), {"Other"})
     assert watch.alive(id(opt_d), set())  # no forward seen this step: not judged
     assert [d["type"] for d in watch.describe()] == ["SGD", "Adam"]  # in the order they appeared
+    assert [d["roots"] for d in watch.describe()] == [["GAN"], ["GAN"]]  # the root models each one trains
+    assert watch.describe()[1]["groups"][0]["betas"] == [0.9, 0.999]
     del opt_g
     gc.collect()
     assert [d["type"] for d in watch.describe()] == ["SGD", "Adam"] and len(watch.optimizers) == 1
@@ -322,7 +324,7 @@ def test_learning_rates_are_recorded_as_the_schedule_changes_them():
 
     from neuraldbg_cli.optimizers import LR_POINTS, OptimizerWatch
 
-    watch = OptimizerWatch(None, lambda: None, None)  # type: ignore[arg-type]
+    watch = OptimizerWatch(ParamSets(Registry()), lambda: None, _quiet())
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.0)
     watch.optimizers[opt] = None
     for step in range(3 * LR_POINTS):

@@ -152,3 +152,27 @@ def test_synthetic_100k_steps_200_layers_page_is_small_and_keeps_special_cells()
     assert max(codes["blocks.0"][:-1]) < min(codes["blocks.199"][-10:]) < ZERO  # the scale follows the values
     section = page.split("<section id='plot-grad'>")[1].split("</section>")[0]
     assert 20 <= len(re.findall(r"<text[^>]*>\s*blocks\.", section)) <= 50  # every few layers named on the axis
+
+
+def test_architecture_statistics_have_a_row_per_layer():
+    """tracewriter._stats_row's norms, resid, attn and loss_calls: one table per kind of site, in forward order."""
+    models = {"models": [{"name": "Net", "order": ["blocks.0", "blocks.0.attn", "bn", "blocks.1"],
+                          "modules": {"bn": {"type": "BatchNorm2d"}},
+                          "facts": {"residual_blocks": {"blocks.0": {"norm": "pre"}, "blocks.1": {"norm": "pre"}}}}]}
+    rows = [{"step": s, "loss": 1.0,
+             "norms": {"Net|bn": [1.0, 0.05 + 0.1 * s, 0.1, 1.0 - 0.3 * s, 1.0, 4096, 64]},
+             "resid": {"Net|blocks.1": [1.0, 0.5, 1.1], "Net|blocks.0": [2.0, 1e-6 * (s + 1), 2.0]},
+             "attn": {"Net|blocks.0.attn": [2.0 + 20 * s, 0.9, 0.95 - 0.45 * s]},
+             "loss_calls": {"mse_loss": [-1.0, 2.0, None, [256, 1], [256]]}} for s in range(3)]
+    page = render_page(Report(run_dir="r", status="healthy", steps_observed=3), rows, (), models)
+    section = page.split("<section id='plot-arch'>")[1].split("</section>")[0]
+    cells = [re.findall(r"<td>([^<]*)</td>", r) for r in section.split("</tr>")]
+    by_name = {c[0]: c[1:] for c in cells if c}
+    assert by_name["bn"] == ["BatchNorm2d", "train", "4096 (64)", "0.05 → 0.25", "0.1 → 0.1", "1 → 0.4"]
+    assert list(by_name) == ["bn", "blocks.0", "blocks.1", "blocks.0.attn", "mse_loss"]  # blocks in forward order
+    assert by_name["blocks.0"] == ["pre", "5e-07 → 1.5e-06", "2 → 2"]
+    assert by_name["blocks.0.attn"] == ["2 → 42", "0.95 → 0.05"]
+    assert by_name["mse_loss"] == ["[256, 1]", "[256]", "-1 to 2", "–"]
+    assert "Architecture statistics per layer" in page.split("<nav>")[1].split("</nav>")[0]
+    empty = render_page(Report(run_dir="r", status="healthy", steps_observed=3), [{"step": 0, "loss": 1.0}], (), {})
+    assert "no normalisation layer, residual block, attention layer or loss call was read" in empty

@@ -214,7 +214,7 @@ def test_residual_branch_scaled_to_nothing(observe):
     assert facts["norm_types"] == ["LayerNorm"] and facts["activation_types"] == ["GELU"]
 
 
-@pytest.mark.parametrize("mode", ["healthy", "rezero"])
+@pytest.mark.parametrize("mode", ["healthy", "rezero", "zero_gain"])
 def test_residual_twins_are_quiet(observe, mode):
     obs = observe("resid_mlp.py", "--mode", mode)
     assert obs.proc.returncode == 0, obs.proc.stderr
@@ -232,11 +232,24 @@ def test_attention_logits_blow_up_and_rows_collapse(observe):
     facts = json.loads((obs.run_dir / "model.json").read_text())["models"][0]["facts"]
     assert facts["attention"]["blocks.0.attn"]["call"] == "sdpa"
     assert facts["residual_blocks"]["blocks.0"]["norm"] == "pre"
+    # two groups (q/k at lr 0.1), Adam's defaults, a constant lr
+    assert facts["optimizers"] == [{"type": "Adam", "lr": 0.1, "betas": [0.9, 0.999], "weight_decay": [0],
+                                    "warmup": False}]
 
 
 def test_pre_ln_transformer_with_warmup_is_quiet(observe):
     obs = observe("attn_lm.py", "--mode", "healthy")
     assert obs.proc.returncode == 0, obs.proc.stderr
+    facts = json.loads((obs.run_dir / "model.json").read_text())["models"][0]["facts"]
+    assert facts["optimizers"] == [{"type": "AdamW", "lr": 3e-3, "betas": [0.9, 0.999], "weight_decay": [0.1],
+                                    "warmup": True}]
     kinds = _kinds(obs.report, 0.0)
     assert "attention_collapse" not in kinds and "residual_imbalance" not in kinds, obs.report["hypotheses"]
     assert obs.report["status"] == "healthy", obs.report["hypotheses"]
+
+
+def test_gpt_with_weight_tied_embeddings_is_quiet(observe):
+    """One parameter in two modules (the token embedding and the output head, as GPT-2 and nanoGPT tie them)."""
+    obs = observe("attn_lm.py", "--mode", "tied")
+    assert obs.proc.returncode == 0, obs.proc.stderr
+    assert obs.report["status"] == "healthy" and not obs.report["hypotheses"], obs.report["hypotheses"]

@@ -201,7 +201,11 @@ MODEL = st.fixed_dictionaries({"models": st.lists(st.fixed_dictionaries({}, opti
     "name": st.sampled_from(["Net", "Net#1"]) | JSON, "n_modules": NUMBER | JSON, "n_params": NUMBER | JSON,
     "order": st.lists(st.sampled_from(["0", "a.b", 3]), max_size=3) | JSON,
     "modules": st.dictionaries(st.sampled_from(["0", "a.b"]), st.fixed_dictionaries(
-        {"type": st.sampled_from(["Linear", "Tanh", "LSTM"]) | JSON}) | JSON, max_size=2) | JSON}), max_size=2),
+        {"type": st.sampled_from(["Linear", "Tanh", "LSTM"]) | JSON}) | JSON, max_size=2) | JSON,
+    "facts": st.fixed_dictionaries({}, optional={
+        "optimizers": st.lists(st.fixed_dictionaries({}, optional={"type": JSON, "warmup": JSON}) | JSON, max_size=2)
+        | JSON, "residual_blocks": st.dictionaries(st.sampled_from(["0", "a.b"]), JSON, max_size=2) | JSON}) | JSON}),
+        max_size=2),
     "optimizers": st.lists(st.fixed_dictionaries({}, optional={"type": JSON, "groups": st.lists(
         st.fixed_dictionaries({"lr": NUMBER | JSON}), max_size=2) | JSON}), max_size=2)}) | JSON
 FUZZ = settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))

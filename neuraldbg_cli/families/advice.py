@@ -93,7 +93,7 @@ def postln_warmup(ctx: Context) -> list[str]:
     and it stays at chance. It has residual connections already: the remedies are a warm-up or Pre-LN."""
     if "post" not in ctx.norm_placements() or ctx.warms_up() is not False:
         return []
-    opts = sorted({opt for opt, _ in ctx.groups() if "adam" in opt.lower()})
+    opts = sorted({str(o.get("type")) for o in ctx.optimizer_facts() if "adam" in str(o.get("type")).lower()})
     if not opts:
         return []
     return [

@@ -36,7 +36,7 @@ from neuraldbg_cli.events import (
     StepRecord,
     UpdateState,
 )
-from neuraldbg_cli.vocab import is_norm
+from neuraldbg_cli.vocab import is_norm, warms_up
 
 HEALTHY = {
     GradState.healthy.value,
@@ -168,6 +168,17 @@ class Observer:
         return {}
 
 
+def _runs_floor(board: Board, family: str, since: dict[tuple[str, str], int], state: str, now: int) -> int:
+    """`floor` of a family that dates `state` back to where a run of readings began (`since`: (root, module) ->
+    the run's first step): the earliest run whose site's machine has not confirmed that state yet."""
+    floor = now
+    for (root, name), start in since.items():
+        machine = board.machines.get((family, root, name))
+        if machine is None or machine.state != state:
+            floor = min(floor, start)
+    return floor
+
+
 Event = SemanticEvent  # what a rule reads: one line of events.jsonl
 Rule = Callable[["Context"], Hypothesis | None]
 
@@ -269,21 +280,30 @@ class Context:
                     found.add("pre")
         return found
 
-    def warms_up(self) -> bool | None:
-        """Whether some optimizer's recorded lr rose at least 2x after its first value (a warm-up); None when
-        no lr history was recorded."""
-        seen = None
+    def optimizer_facts(self) -> list[dict[str, Any]]:
+        """The optimizers that train the models seen, as model.json's facts record them (type, lr, betas or
+        momentum, weight decays, warmup); a trace without them (an older one) has its optimizers read instead."""
+        facts = [
+            o
+            for m in self.models
+            if isinstance(m.get("facts"), dict) and isinstance(m["facts"].get("optimizers"), list)
+            for o in m["facts"]["optimizers"]
+            if isinstance(o, dict)
+        ]
+        if facts:
+            return facts
+        out = []
         for opt in self.optimizers:
             groups = [g for g in opt.get("groups") or [] if isinstance(g, dict)]
             points = _lr_history(opt.get("lr_at"), len(groups))
-            if not points:
-                continue
-            seen = False
-            for i in range(len(groups)):
-                lrs = [abs(p[1 + i]) for p in points]
-                if max(lrs) >= 2 * lrs[0]:
-                    return True
-        return seen
+            out.append({"type": str(opt.get("type") or "optimizer"), "warmup": warms_up(points) if points else None})
+        return out
+
+    def warms_up(self) -> bool | None:
+        """Whether the schedule of some optimizer that trains the models warms up (vocab.warms_up); None when no
+        learning rate was read."""
+        known = [o["warmup"] for o in self.optimizer_facts() if isinstance(o.get("warmup"), bool)]
+        return any(known) if known else None
 
     def module_types(self) -> dict[str, str]:
         return {name: info.get("type", "") for m in self.models for name, info in (m.get("modules") or {}).items()}

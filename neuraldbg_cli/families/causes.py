@@ -44,10 +44,32 @@ def _opponent_wins(h: Hypothesis) -> bool:
     )
 
 
+def _acts_in_training(h: Hypothesis) -> bool:
+    """A normalisation fault that changes what the training forwards compute (frozen, poisoned or noisy
+    statistics, a collapsed gain); not a drift of the running statistics, which only eval mode uses (in training
+    each batch is normalised by its own): a drift causes no training symptom, and a blow-up that moves the
+    weights faster than the running average follows causes it."""
+    return not all(e.get("to") == "drift" for e in h.evidence if e.get("type") == "normalization_health")
+
+
 CONDITIONS: dict[str, Callable[[Hypothesis], bool]] = {
     "outside_optimizer": _outside_optimizer,
     "opponent_wins": _opponent_wins,
+    "acts_in_training": _acts_in_training,
 }
+# what a normalisation fault that acts in training causes: the layers after it see badly scaled values
+_NORM_EFFECTS = (
+    Kind.non_finite,
+    Kind.loss_divergence,
+    Kind.unstable_loss,
+    Kind.exploding_gradient,
+    Kind.dead_activation,
+    Kind.saturated_activation,
+    Kind.no_gradient,
+    Kind.vanishing_gradient,
+    Kind.loss_plateau,
+)
+_DRIFT = ((Kind.normalization_fault, "acts_in_training"),)  # (`unless`: a blow-up causes a drift only)
 
 
 CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the first cause that holds
@@ -75,19 +97,7 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
         )
     ),
     # frozen or poisoned normalisation: the layers after it see badly scaled values, the loss stalls or swings
-    Kind.normalization_fault: Causes(
-        (
-            Kind.non_finite,
-            Kind.loss_divergence,
-            Kind.unstable_loss,
-            Kind.exploding_gradient,
-            Kind.dead_activation,
-            Kind.saturated_activation,
-            Kind.no_gradient,
-            Kind.vanishing_gradient,
-            Kind.loss_plateau,
-        )
-    ),
+    Kind.normalization_fault: Causes((), when=tuple((k, "acts_in_training") for k in _NORM_EFFECTS)),
     # (a blow-up also throws residual branches and attention logits far out of scale: when those begin with it,
     # or after it, they are its consequences; begun well before it, they are its cause: see the rows at the end)
     Kind.exploding_gradient: Causes(
@@ -99,7 +109,9 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
             Kind.no_gradient,
             Kind.residual_imbalance,
             Kind.attention_collapse,
-        )
+            Kind.normalization_fault,
+        ),
+        unless=_DRIFT,
     ),
     # saturated units squash the gradient behind them; but a vanished gradient of a model beaten outright by
     # its opponent is the cause of that opponent's sure (saturated) output, not its effect
@@ -126,11 +138,16 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
             Kind.no_gradient,
             Kind.residual_imbalance,
             Kind.attention_collapse,
-        )
+            Kind.normalization_fault,
+        ),
+        unless=_DRIFT,
     ),
     # a wild optimizer pins bounded units at their rails and now and then zeroes whole layers' gradients
     Kind.unstable_loss: Causes(
-        (Kind.saturated_activation, Kind.no_gradient, Kind.loss_plateau), dated_late=True, needs_training=True
+        (Kind.saturated_activation, Kind.no_gradient, Kind.loss_plateau, Kind.normalization_fault),
+        dated_late=True,
+        needs_training=True,
+        unless=_DRIFT,
     ),
     # listed after the blow-ups they also follow from (an onset shared with one is the blow-up's doing). A branch
     # that swamps its skip (or a stream that grows block after block) blows activations and gradients up; a

@@ -22,7 +22,7 @@ from typing import Any
 
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import EventType, Hypothesis, Kind, ResidStats, ResidualState, StepRecord
-from neuraldbg_cli.families.base import Board, Context, Family, Observer, _first_by_module, _hyp, _still
+from neuraldbg_cli.families.base import Board, Context, Family, Observer, _first_by_module, _hyp, _runs_floor, _still
 
 S = ResidualState
 ETYPE = EventType.residual_health.value
@@ -119,12 +119,7 @@ class ResidualObserver(Observer):
 
     def floor(self, now: int) -> int:
         """A dead branch is dated back to where its ratio fell (see observe)."""
-        floor = now
-        for (root, name), since in self.low_since.items():
-            machine = self.board.machines.get(("resid", root, name))
-            if machine is None or machine.state != S.dead_branch.value:
-                floor = min(floor, since)
-        return floor
+        return _runs_floor(self.board, "resid", self.low_since, S.dead_branch.value, now)
 
     def _observe_stream(self, step: int, root: str, blocks: list[tuple[str, ResidStats]]) -> None:
         model = self.board.models.get(root)

@@ -1,8 +1,10 @@
 """A tiny Pre-LN causal transformer LM (attention through F.scaled_dot_product_attention, q/k/v apart as in
 nanoGPT) on sequences of a noisy repeating pattern, in two layouts:
-  --mode healthy   AdamW lr 3e-3 with a linear warm-up over 20 steps: quiet
+  --mode healthy   AdamW lr 3e-3 (weight decay --wd on every parameter, LayerNorm gains included) with a linear
+                   warm-up over 20 steps: quiet
   --mode collapse  the query and key projections get lr 0.1 (their own param group): the attention logits grow
-                   and the rows collapse onto one key while the rest trains normally"""
+                   and the rows collapse onto one key while the rest trains normally
+  --mode tied      as healthy, with the output head's weight tied to the token embedding (GPT-2, nanoGPT)"""
 import math
 
 import torch
@@ -10,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from common import args
 
-a = args(mode="healthy", steps=60)
+a = args(mode="healthy", steps=60, wd=0.1)
 torch.manual_seed(0)
 V, T, D, H, B = 16, 32, 32, 4, 16
 
@@ -54,6 +56,8 @@ class LM(nn.Module):
 
 
 model = LM()
+if a.mode == "tied":
+    model.head.weight = model.tok.weight  # one parameter in two modules
 g = torch.Generator().manual_seed(0)
 pattern = torch.randint(0, V, (7,), generator=g)
 
@@ -72,7 +76,7 @@ if a.mode == "collapse":
     opt = torch.optim.Adam([{"params": qk, "lr": 0.1}, {"params": rest, "lr": 3e-3}])
     sched = None
 else:
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=a.wd)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20))
 for step in range(a.steps):
     x, y = batch()

@@ -4,19 +4,25 @@
   --mode frozen_bn     a fine-tune with frozen BN (eval mode, parameters requires_grad=False): healthy
   --mode poison        one batch holds an inf: the loss is skipped (the user's guard), BN's running_var is not
   --mode tiny_batch    BatchNorm1d head at batch 4: four values per channel
-  --mode groupnorm     the same at batch 4 with GroupNorm: healthy
-  --mode momentum      BatchNorm(momentum=0.9), Keras' convention"""
+  --mode groupnorm     GroupNorm instead, at batch 2: healthy
+  --mode momentum      BatchNorm(momentum=0.9), Keras' convention
+  --mode two_sources   batches alternate between two sources, one normalised, one left raw (a preprocessing
+                       step forgotten for one of them): in training mode BN normalises each batch by its own
+                       statistics and hides it; eval mode's running statistics fit neither source
+  --mode slimming      Adam, and an L1 penalty --lam on the BatchNorm gains (network slimming: about 1e-4); at 0.1
+                       it drives every gain to 0 and the layers pass no signal"""
 import torch
 import torch.nn as nn
 from common import args
 
-a = args(mode="healthy", steps=80, lr=0.05)
+a = args(mode="healthy", steps=80, lr=0.05, lam=0.1)
 torch.manual_seed(0)
 g = torch.Generator().manual_seed(0)
 n, classes = 512, 4
 proto = torch.randn(classes, 3, 8, 8, generator=g)
 y_all = torch.randint(0, classes, (n,), generator=g)
 x_all = proto[y_all] + 0.8 * torch.randn(n, 3, 8, 8, generator=g) + 2.0  # offset and scale BN has to learn
+mean, std = x_all.mean(), x_all.std()
 
 
 def norm2d(c):
@@ -42,8 +48,13 @@ if a.mode == "frozen_bn":  # as detection fine-tunes freeze a pretrained backbon
             m.weight.requires_grad_(False)
             m.bias.requires_grad_(False)
 params = [p for p in model.parameters() if p.requires_grad]
-opt = torch.optim.Adam(params, lr=1e-3) if a.mode in ("tiny_batch", "groupnorm") else torch.optim.SGD(params, lr=a.lr, momentum=0.9)
-batch = 4 if a.mode in ("tiny_batch", "groupnorm") else 64
+if a.mode == "slimming":
+    opt = torch.optim.Adam(params, lr=1e-2)
+elif a.mode in ("tiny_batch", "groupnorm"):
+    opt = torch.optim.Adam(params, lr=1e-3)
+else:
+    opt = torch.optim.SGD(params, lr=a.lr, momentum=0.9)
+batch = {"tiny_batch": 4, "groupnorm": 2}.get(a.mode, 64)
 if a.mode == "eval_start":
     model.eval()
     with torch.no_grad():
@@ -63,11 +74,15 @@ if a.mode != "eval_start":
 for step in range(a.steps):
     idx = torch.randint(0, n, (batch,), generator=g)
     x, y = x_all[idx], y_all[idx]
+    if a.mode == "two_sources" and step % 2 == 0:  # the normalised source
+        x = (x - mean) / std
     if a.mode == "poison" and step == 25:
         x = x.clone()
         x[0, 0, 0, 0] = float("inf")
     opt.zero_grad()
     loss = nn.functional.cross_entropy(model(x), y)
+    if a.mode == "slimming":
+        loss = loss + a.lam * sum(m.weight.abs().sum() for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm))
     if not torch.isfinite(loss):
         print(f"step {step}: non-finite loss, batch skipped")
         continue

@@ -1,7 +1,7 @@
 """`neuraldbg report`: one self-contained HTML page. The loss with the events' and hypotheses' onsets, then
 per-layer heatmaps (layer in forward order x step) of gradient RMS, dead/saturated activations and the
-update-to-weight ratio: where a failure starts and how it spreads. Each hypothesis links to its evidence's
-row. Pure: reads the report, the stats rows, the events and model.json's description; never torch."""
+update-to-weight ratio: where a failure starts and how it spreads; then per-layer rows of the architecture
+statistics (arch.py). Each hypothesis links to its evidence's row. Pure: reads the report, the stats rows, the events and model.json's description; never torch."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from neuraldbg_cli.events import Hypothesis, Kind, Report
+from neuraldbg_cli.renderers.report import arch
 from neuraldbg_cli.renderers.report import grid as grids
 from neuraldbg_cli.renderers.report.page import Link, Section, overlay, page
 
@@ -40,6 +41,14 @@ SECTIONS = {  # anchor suffix: (title, what to look for, said when there is noth
         "magenta means the weights did not move.",
         "no optimizer step was observed",
     ),
+    "arch": (
+        "Architecture statistics per layer",
+        "First → last sampled value of each layer (the extreme between in brackets). Normalisation: running "
+        "statistics against the batch's (mean shift in running σ, |ln var ratio|: near 0 when they describe the "
+        "batches) and the gain; residual blocks: the branch's RMS against its skip path's (healthy 0.1-3); "
+        "attention: the largest logit and the rows' entropy (near 0: each row on one key); how each loss was called.",
+        "no normalisation layer, residual block, attention layer or loss call was read",
+    ),
 }
 # The plot that shows a kind's evidence; non_finite follows its origin's site.
 KIND_PLOT = {
@@ -65,6 +74,7 @@ def render_page(
     }
     if axis is not None:
         _draw(sections, report, stats, axis, models, states, events)
+    sections["arch"].body = arch.tables(stats, models)
     links = {h.rank: link for h in report.hypotheses if (link := _link(h, sections, axis))}
     return page(report, list(sections.values()), links)
 

@@ -26,6 +26,7 @@ class Section:
     grid: Grid | None = None
     overlays: list[str] = field(default_factory=list)
     empty: str = ""
+    body: str = ""  # HTML shown instead of a figure (the architecture tables)
 
 
 @dataclass
@@ -108,7 +109,8 @@ def _evidence_row(e: dict[str, Any]) -> str:
 def _section(s: Section) -> str:
     head = f"<section id='{s.anchor}'><h2>{escape(s.title)}</h2><p class='how'>{escape(s.how)}</p>"
     if s.figure is None:
-        return f"{head}<p class='empty'>{escape(s.empty)}</p></section>"
+        inner = s.body or f"<p class='empty'>{escape(s.empty)}</p>"
+        return f"{head}{inner}</section>"
     data = f" data-grid='{escape(json.dumps(_hover_data(s.grid, s.figure)), quote=True)}'" if s.grid else ""
     cls = "plot heat" if s.grid else "plot"
     return (
@@ -143,7 +145,7 @@ header p{margin:.3em 0} nav{margin:.6em 0;font-size:.95em} code{font-size:.95em}
 .warn{color:#a60;margin:.2em 0} .how{color:#444;margin:.2em 0 .6em} .empty{color:#777;font-style:italic}
 .hyps{padding-left:1.4em} .hyp{border:1px solid #ddd;border-radius:6px;padding:.5em .9em;margin:.7em 0}
 .hyp h3{margin:.2em 0} .conf{font-weight:normal;color:#555;font-size:.85em} .where{color:#333;margin:.2em 0}
-.hyp:target{border-color:#c00000} details table{border-collapse:collapse;font-size:.85em}
+.hyp:target{border-color:#c00000} details table,table.arch{border-collapse:collapse;font-size:.85em}
 td,th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}
 .plot{position:relative;width:100%} .plot svg{display:block;width:100%;height:auto}
 .plot svg image{image-rendering:pixelated}
