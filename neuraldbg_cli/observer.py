@@ -143,10 +143,22 @@ class ForwardObserver:
             st.root = st.layer = st.out = st.attn = None
 
     def loss_call(self, name: str, args: tuple, kwargs: dict) -> None:
-        """The torch.nn.functional loss `name` called by the script. Inside a module (a loss module's own
-        forward, a model computing its loss) it is not: a loss module was observed at its call."""
-        if compiling() or not self.losses_on or "forward" in self._off or self._thread().depth:
+        """The torch.nn.functional loss `name` called by the script. Inside a module it is observed only as a
+        class loss that a trained model computes in its own forward (nanoGPT, Hugging Face models), on sampled
+        steps, for the loss-call probe: a loss module was observed at its call, and a target read inside a
+        model is no data the script gave."""
+        if compiling() or not self.losses_on or "forward" in self._off:
             return  # (torch.compile first: traced, it reads no attribute of ours, so it guards on none)
+        st = self._thread()
+        if st.depth:
+            if st.root is not None and name in lossprobe.CLASS_LOSSES and self._steps.buf.sampled:
+                try:
+                    reduction = kwargs.get("reduction", "mean") if kwargs else "mean"
+                    target = loss_target(args, kwargs)
+                    self._arch.loss(name, None, lossprobe.loss_input(args, kwargs), target, reduction)
+                except Exception as e:  # noqa: BLE001
+                    self._guard.fault("forward", e)
+            return
         try:
             extra = name in lossprobe.EXTRA_LOSSES  # wrapped for the loss-call probe only (sampled steps)
             sampled = self._steps.buf.sampled

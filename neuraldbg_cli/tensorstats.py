@@ -100,7 +100,8 @@ def norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         return list(torch._foreach_norm(tensors, 2, dtype=torch.float32) if narrow else torch._foreach_norm(tensors))
     out = list(torch._foreach_norm(tensors))
     if out:
-        for i, v in enumerate(torch.stack([n.float() for n in out]).tolist()):
+        same = all(n.dtype is torch.float32 for n in out)  # (the usual case: no per-norm cast before the stack)
+        for i, v in enumerate(torch.stack(out if same else [n.float() for n in out]).tolist()):
             if math.isinf(v) and tensors[i].is_floating_point():
                 out[i] = torch.linalg.vector_norm(tensors[i], dtype=torch.float64)
     return out

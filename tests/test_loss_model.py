@@ -278,3 +278,15 @@ def test_the_same_swings_below_chance_or_without_a_class_loss_are_not_judged_aga
     # a series that did not start near ln(C) is not that loss alone (a sum of terms, a scaled loss)
     scaled = [3 * v for v in above]
     assert "oscillating" not in [t for _, t, _ in loss_events(_class_loss_run(scaled, 2000))]
+
+
+def test_a_class_loss_many_times_chance_in_its_first_steps_diverges_from_there():
+    # nanoGPT at lr 0.5 without warm-up: 4.4 (ln 97 = 4.57) -> 17, 27, 80, ~40 for ten steps, then slowly back;
+    # the early 10x rule needs the noise first, but a level twice what guessing scores is divergence already
+    chance = math.log(97)
+    losses = [4.4, 16.8, 26.5, 80.5, 34.9, 38.7, 19.0, 44.2, 43.7, 39.3] + [4.0] * 40
+    evs = loss_events(_class_loss_run(losses, 97))
+    assert evs[0][:2] == ("normal", "diverging") and evs[0][2] <= 2
+    assert "diverging" not in [t for _, t, _ in loss_events(run(losses))[:1]]  # no class loss seen: not yet
+    healthy = [chance * 0.97 * math.exp(-i / 40) for i in range(120)]
+    assert not loss_events(_class_loss_run(healthy, 97))

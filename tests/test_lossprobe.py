@@ -103,6 +103,35 @@ def test_loss_inside_a_model_or_under_no_grad_is_not_read():
     assert list(rec.records[0].loss_calls) == ["cross_entropy", "nll_loss"]
 
 
+def test_a_class_loss_a_model_computes_in_its_forward_is_read_and_a_loss_module_once():
+    """nanoGPT and Hugging Face models return their own cross-entropy: read on sampled steps (its class count
+    gives the loss series its chance level); a loss module's inner F call is not read a second time."""
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = nn.Linear(4, 7)
+            self.crit = nn.CrossEntropyLoss(label_smoothing=0.1)
+
+        def forward(self, x, y, module_loss=False):
+            logits = self.head(x)
+            return self.crit(logits, y) if module_loss else F.cross_entropy(logits, y, ignore_index=-1)
+
+    torch.manual_seed(0)
+    model = LM()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    y = torch.randint(0, 7, (16,))
+    with Recorder(every=5) as rec:
+        for step in range(12):
+            opt.zero_grad()
+            model(X, y, module_loss=step == 1).backward()
+            opt.step()
+    assert [i for i, r in enumerate(rec.records) if r.loss_calls] == [*range(10), 10]  # sampled steps only
+    s = rec.records[0].loss_calls["cross_entropy"]
+    assert s.classes == 7 and s.module is None and s.input_shape == (16, 7)
+    assert list(rec.records[1].loss_calls) == ["cross_entropy"]  # the module's inner call: one record
+
+
 BIN = torch.randint(0, 2, (16, 1)).float()
 
 

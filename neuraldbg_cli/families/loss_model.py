@@ -175,8 +175,14 @@ class LossSeries:
             need = max(self._factor(th.diverge_early_factor), th.loss_diverge_sigma * ref_noise)
         else:
             need = max(self._factor(th.diverge_factor), th.loss_diverge_sigma * ref_noise)
-        if rise > need:
+        chance = self._chance()
+        # a class loss whose level is diverge_factor times what guessing scores (ln C) is confidently wrong on
+        # most of its batch: diverging whatever its noise (a blow-up in the first steps sets no noise to beat)
+        above = chance is not None and self.alone and level > math.log(th.diverge_factor * chance)
+        if rise > need or above:
             metrics["rise_factor"] = math.exp(rise) if not self.raw else None
+            if above:
+                metrics["chance"] = chance
             return LossState.diverging.value, self.rise_from if self.rise_from is not None else step, metrics
         fall = self._falls_without_bound()
         if fall is not None and self.fall_from is not None:
@@ -244,15 +250,21 @@ class LossSeries:
             return None
         return self._change_point(), {"low": min(recent), "high": max(recent), "swing": rel}
 
+    def _chance(self) -> float | None:
+        """ln(C) of the class loss that made this series, where the series started near it (0.5-1.5x): a
+        series that is not that loss alone (a sum of terms, a scaled loss) is not measured against it."""
+        chance = self.chance
+        if chance is None or self.raw or not self.first or not 0.5 * chance <= self._start <= 1.5 * chance:
+            return None
+        return chance
+
     def _worse_than_guessing(self) -> int:
         """How many losses of the window lie above chance: chance_jump times ln(C) for a series made by one
         class loss over C classes. Why: guessing every class equally likely scores ln(C), so a loss above it is
         a model confidently wrong, which training at a sane step size does not do once past its first steps
-        (the first loss_window are the fresh model's transient, not counted). The chance level is used only
-        where the series started near it (0.5-1.5x ln(C)): a series that is not that loss alone (a sum of
-        terms, a scaled loss) is not measured against it."""
-        chance = self.chance
-        if chance is None or self.raw or not self.first or not 0.5 * chance <= self._start <= 1.5 * chance:
+        (the first loss_window are the fresh model's transient, not counted). See _chance."""
+        chance = self._chance()
+        if chance is None:
             return 0
         settled = self.first_step + self.th.loss_window
         return sum(1 for s, v in self.hist if s >= settled and v > self.th.chance_jump * chance)
