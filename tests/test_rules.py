@@ -170,3 +170,15 @@ def test_a_blow_up_that_left_a_residual_branch_swamping_its_skip_is_still_a_pres
     hyps = rank([h for h in (r(ctx) for r in RULES) if h], slack=10)
     assert hyps[0].kind == Kind.loss_divergence
     assert next(h for h in hyps if h.kind == Kind.residual_imbalance).caused_by == Kind.loss_divergence
+
+
+def test_a_wild_oscillation_that_left_attention_collapsed_is_still_present():
+    """nanoGPT at lr 0.5 without warm-up: the loss swings 4.4 -> 80 from step 1 and settles 25 steps later, but
+    the attention rows it collapsed stay collapsed: the oscillation is not history (its full confidence)."""
+    loss = [ev("optimizer_instability", 1, None, "normal", "oscillating", "loss", loss=14.0, low=4.4, high=80.5),
+            ev("optimizer_instability", 26, None, "oscillating", "normal", "loss", loss=11.6),
+            ev("run_summary", 300, None, "running", "finished", "summary")]
+    collapsed = ev("attention_health", 1, "h.0.attn", "normal", "collapsed", "attention", max_logit=372.0)
+    unstable = next(r for r in RULES if r.__name__ == "unstable_loss")
+    assert unstable(Context(events=loss + [collapsed])).confidence == 0.66
+    assert unstable(Context(events=loss)).confidence < 0.5

@@ -136,7 +136,7 @@ def _loss_persistence(ctx: Context, evs: list[Event], state: str, intermittent: 
         span = max(1, last - (onset or 0))
         shares.append(min(1.0, inside / span))
     share = max(shares, default=0.0)
-    if share >= 1.0 or (state == "diverging" and _lasting_damage(ctx, min(e.step for e in evs))):
+    if share >= 1.0 or (state in ("diverging", "oscillating") and _lasting_damage(ctx, min(e.step for e in evs))):
         return 1.0
     if intermittent and share >= 0.5:
         return 0.65 + 0.35 * share
@@ -147,7 +147,8 @@ LASTING = ("vanishing", "saturated", "dead", "swamping", "dead_branch", "stream_
 
 
 def _lasting_damage(ctx: Context, since: int) -> bool:
-    """Whether units or gradients went dead, saturated or vanishing after `since` and stayed so, or the
+    """Whether units or gradients went dead, saturated or vanishing after `since` (the onset of a blow-up or
+    a wild oscillation of the loss) and stayed so, or the
     structure the blow-up threw out of scale stayed so (a residual branch swamping or gone from its skip, a
     stream grown block after block, attention rows collapsed to one key): a blow-up of the loss that left
     such damage is over, but its harm is not (the weights it wrecked stay wrecked)."""

@@ -175,14 +175,8 @@ class LossSeries:
             need = max(self._factor(th.diverge_early_factor), th.loss_diverge_sigma * ref_noise)
         else:
             need = max(self._factor(th.diverge_factor), th.loss_diverge_sigma * ref_noise)
-        chance = self._chance()
-        # a class loss whose level is diverge_factor times what guessing scores (ln C) is confidently wrong on
-        # most of its batch: diverging whatever its noise (a blow-up in the first steps sets no noise to beat)
-        above = chance is not None and self.alone and level > math.log(th.diverge_factor * chance)
-        if rise > need or above:
+        if rise > need:
             metrics["rise_factor"] = math.exp(rise) if not self.raw else None
-            if above:
-                metrics["chance"] = chance
             return LossState.diverging.value, self.rise_from if self.rise_from is not None else step, metrics
         fall = self._falls_without_bound()
         if fall is not None and self.fall_from is not None:
@@ -283,7 +277,8 @@ class LossSeries:
             for (_, a), (step, b) in zip(steps, steps[1:]):
                 if abs(self._y(b) - self._y(a)) > band:  # (history is on one scale: see _restart)
                     return step
-        return steps[0][0]
+        # the series' very first loss alone swings nowhere: its first change is to the second loss
+        return steps[1][0] if steps[0][0] == self.first_step and len(steps) > 1 else steps[0][0]
 
     def earliest_onset(self, step: int, diverged: bool) -> int:
         """The earliest step a later state of this series could be dated at (diverged: already confirmed,
