@@ -1,4 +1,5 @@
-"""`neuraldbg verify` through the CLI: verified and refuted fixes on small CPU scripts, a trial that crashes, the
+"""`neuraldbg verify` through the CLI: verified and refuted fixes on small CPU scripts (diverging SGD, an exploding
+deep MLP, a Post-LN transformer without warm-up, BatchNorm left in eval mode), a trial that crashes, the
 user's files left untouched, no process left behind, and bad input (exit 2)."""
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import uuid
 from pathlib import Path
 
 from conftest import ASSETS, explain_json, run_cli
+
+from neuraldbg_cli import verify
 
 
 def _verify(run_dir: Path, *args: str, **env: str) -> dict:
@@ -122,6 +125,28 @@ def test_batchnorm_left_in_eval_mode_bn_train_mode_verified(tmp_path):
     doc = _verify(run_dir)
     bn = _entry(doc, "normalization_fault", "bn_train_mode")
     assert bn["status"] == "verified" and bn["metric"]["trial"] < bn["metric"]["control"], bn
+
+
+def test_postln_transformer_without_warmup_warmup_verified(tmp_path):
+    run_dir = tmp_path / "run"
+    r = run_cli("run", "-q", "--run-dir", run_dir, ASSETS / "postln.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    warmups = {h["kind"]: f for h in explain_json(run_dir)["hypotheses"] for f in h["fixes"] if f["id"] == "warmup"}
+    assert "vanishing_gradient" in warmups and "Post-LN" in warmups["vanishing_gradient"]["text"], warmups
+
+    doc = _verify(run_dir)
+    warm = _entry(doc, "vanishing_gradient", "warmup", steps=50)
+    assert warm["status"] == "verified", warm
+    assert warm["metric"]["trial"] < 0.1 and warm["metric"]["control"] > 2.0, warm  # fits the batch vs near chance
+    assert not [f for f in doc["fixes"] if f["id"] == "warmup" and f["status"] == "not_verified"], doc["fixes"]
+
+
+def test_default_steps_cover_the_losses_a_plateau_needs_before_it_is_recognised():
+    plateau = verify.Candidate("loss_plateau", "warmup", {"steps": 50}, "", onset=0)  # dated back to step 0
+    assert verify.default_steps([plateau], {}) == 80  # 1.5 × (0 + plateau_min_losses 40) + 20
+    assert verify.default_steps([plateau], {"plateau_min_losses": 10}) == 35
+    exploding = verify.Candidate("exploding_gradient", "clip_grad_norm", {"max_norm": 1.0}, "", onset=10)
+    assert verify.default_steps([exploding], {}) == 35
 
 
 def test_healthy_run_nothing_to_verify_then_bad_input_exit_2(tmp_path):
