@@ -244,8 +244,10 @@ def judge(c: Candidate, plan: Plan, done: dict[tuple[str | None, int | None], Ou
             inconclusive = f"the control did not show {c.kind} within {ctl.steps} steps{on}"
         elif tri.state != "ok":
             inconclusive = f"the trial {tri.state}{on}: {tri.error}"
+        elif tri.fix.get("error"):
+            inconclusive = f"the fix failed{on}: {tri.fix['error']}"
         elif not tri.fix.get("applied"):
-            inconclusive = f"not applicable{on}: {tri.fix.get('skipped') or tri.fix.get('error') or 'not applied'}"
+            inconclusive = f"not applicable{on}: {tri.fix.get('skipped') or 'not applied'}"
         if inconclusive:
             break
         assert ctl is not None and tri is not None
