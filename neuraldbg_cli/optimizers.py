@@ -91,16 +91,18 @@ class OptimizerWatch:
 
     def describe(self) -> list[dict[str, Any]]:
         """Every optimizer the run used, in the order they appeared: type, hyperparameters per group, number
-        of parameters."""
+        of parameters and their dtypes (its state has theirs: an eps too small for float16 is 0 there)."""
         for opt in list(self.optimizers):
             groups = [
                 {k: v for k, v in g.items() if k != "params" and isinstance(v, (int, float, bool, str))}
                 for g in opt.param_groups
             ]
+            params = [p for g in opt.param_groups for p in g["params"]]
             self._described[id(opt)] = {
                 "type": type(opt).__name__,
                 "groups": groups,
-                "params": sum(p.numel() for g in opt.param_groups for p in g["params"]),
+                "params": sum(p.numel() for p in params),
+                "dtypes": sorted({str(p.dtype).removeprefix("torch.") for p in params}),
             }
             if self._lr_at.get(id(opt)):
                 self._described[id(opt)]["lr_at"] = [list(p) for p in self._lr_at[id(opt)]]
