@@ -10,9 +10,11 @@ import shutil
 import uuid
 from pathlib import Path
 
-from conftest import ASSETS, explain_json, run_cli
+from conftest import ASSETS, ROOT, explain_json, run_cli
 
 from neuraldbg_cli import verify
+
+DEMO_VANISHING = ROOT / "scripts" / "demo_vanishing.py"
 
 
 def _verify(run_dir: Path, *args: str, **env: str) -> dict:
@@ -103,6 +105,7 @@ def test_exploding_deep_mlp_clipping_verified_user_files_untouched_no_process_le
     doc = _verify(run_dir, "--timeout", "120", SPAWN_MARKER=marker)
     clip = _entry(doc, "exploding_gradient", "clip_grad_norm")
     assert clip["status"] == "verified", clip
+    assert _entry(doc, "exploding_gradient", "reinit", layer="Linear", init="kaiming")["status"] == "verified"
     lr = _entry(doc, "exploding_gradient", "lr_scale")  # the script rejects a changed lr: the trial crashes
     assert lr["status"] == "inconclusive" and "crashed" in lr["reason"] and "config check failed" in lr["reason"]
 
@@ -139,6 +142,31 @@ def test_postln_transformer_without_warmup_warmup_verified(tmp_path):
     assert warm["status"] == "verified", warm
     assert warm["metric"]["trial"] < 0.1 and warm["metric"]["control"] > 2.0, warm  # fits the batch vs near chance
     assert not [f for f in doc["fixes"] if f["id"] == "warmup" and f["status"] == "not_verified"], doc["fixes"]
+
+
+def _run_and_verify(tmp_path, script, *verify_args: str) -> dict:
+    run_dir = tmp_path / Path(script).stem
+    r = run_cli("run", "-q", "--run-dir", run_dir, script, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    return _verify(run_dir, *verify_args)
+
+
+def test_dead_from_init_reinit_and_float16_adam_eps_verified(tmp_path):
+    dead = _entry(_run_and_verify(tmp_path, ASSETS / "dead_relu.py"), "dead_activation", "reinit")
+    assert dead["params"] == {"layer": "Linear", "init": "kaiming"} and dead["status"] == "verified", dead
+    assert dead["metric"]["trial"] < dead["metric"]["control"]  # fc2's bias of -20 reset: its units live
+    eps = _entry(_run_and_verify(tmp_path, ASSETS / "fp16_adam.py"), "non_finite", "adam_eps", value=1e-4)
+    assert eps["status"] == "verified" and eps["metric"]["control"] is None and eps["metric"]["trial"] < 1, eps
+
+
+def test_activation_swap_verified_with_he_init_refuted_without(tmp_path):
+    """16 sigmoid layers: ReLU at the weights sigmoid was initialised for still vanishes; with He init it learns."""
+    doc = _run_and_verify(tmp_path, DEMO_VANISHING, "--steps", "80", "--fix", "activation_swap",
+                          "--fix", "activation_swap:init=keep")
+    he = _entry(doc, "vanishing_gradient", "activation_swap", init="kaiming")
+    assert he["status"] == "verified" and he["metric"]["trial"] < he["metric"]["control"] - 0.1, he
+    keep = _entry(doc, "vanishing_gradient", "activation_swap", init="keep")
+    assert keep["status"] == "not_verified" and "still present" in keep["reason"], keep
 
 
 def test_default_steps_cover_the_losses_a_plateau_needs_before_it_is_recognised():
