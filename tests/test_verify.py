@@ -18,6 +18,11 @@ DEMO_VANISHING = ROOT / "scripts" / "demo_vanishing.py"
 
 
 def _verify(run_dir: Path, *args: str, **env: str) -> dict:
+    return _verify_out(run_dir, *args, **env)[0]
+
+
+def _verify_out(run_dir: Path, *args: str, **env: str) -> tuple[dict, str]:
+    """verify.json's document (its schema checked) and verify's stdout."""
     r = run_cli("verify", run_dir, *args, timeout=400, **env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.startswith("neuraldbg verify: ") and " trials " in r.stdout.splitlines()[0], r.stdout
@@ -26,7 +31,7 @@ def _verify(run_dir: Path, *args: str, **env: str) -> dict:
     for f in doc["fixes"]:
         assert list(f) == ["kind", "id", "params", "text", "status", "wins", "seeds", "metric", "reason"]
         assert f["status"] in ("verified", "not_verified", "inconclusive") and set(f["metric"]) == {"control", "trial"}
-    return doc
+    return doc, r.stdout
 
 
 def _entry(doc: dict, kind: str, fix_id: str, **params) -> dict:
@@ -102,12 +107,14 @@ def test_exploding_deep_mlp_clipping_verified_user_files_untouched_no_process_le
     before = _snapshot(proj)
     marker = f"verify-marker-{uuid.uuid4().hex}"
 
-    doc = _verify(run_dir, "--timeout", "120", SPAWN_MARKER=marker)
+    doc, out = _verify_out(run_dir, "--timeout", "120", SPAWN_MARKER=marker)
     clip = _entry(doc, "exploding_gradient", "clip_grad_norm")
     assert clip["status"] == "verified", clip
     assert _entry(doc, "exploding_gradient", "reinit", layer="Linear", init="kaiming")["status"] == "verified"
     lr = _entry(doc, "exploding_gradient", "lr_scale")  # the script rejects a changed lr: the trial crashes
     assert lr["status"] == "inconclusive" and "crashed" in lr["reason"] and "config check failed" in lr["reason"]
+    trials = [ln for ln in out.splitlines() if ln.startswith("  [")]  # verify went on after it
+    assert "lr_scale" in trials[1] and "crashed" in trials[1] and len(trials) == 4, trials
 
     assert _snapshot(proj) == before  # nothing of the user's changed, nothing added
     trial = json.loads((run_dir / "verify" / "control" / "trial.json").read_text())
