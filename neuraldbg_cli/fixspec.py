@@ -112,3 +112,15 @@ def annotate(fixes: list[dict[str, Any]], kind: str, verified: dict[str, Any]) -
 
 STATUSES = {"verified": 0, "not_verified": 1, "inconclusive": 2}  # in the order fixes are listed
 MARKS = {"verified": "verified ✓", "not_verified": "not verified ✗", "inconclusive": "inconclusive ?"}
+
+
+def verdicts(fixes: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(status, `fix ID:PARAMS: verified ✓ (reason, with the numbers)`) for each fix `verify` judged, in the
+    fixes' order (annotate lists verified ones first): what explain and the report show under the suggestions."""
+    out = []
+    for f in fixes:
+        status = f.get("verified")
+        if status in MARKS:
+            detail = f" ({f['verified_detail']})" if f.get("verified_detail") else ""
+            out.append((status, f"fix {spec(f['id'], f['params'])}: {MARKS[status]}{detail}"))
+    return out
