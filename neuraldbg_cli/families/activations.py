@@ -154,7 +154,7 @@ def dead_activation(ctx: Context) -> Hypothesis | None:
     # a large lr is the usual way units die during training: its fix first when the lr is above its range
     evs = ctx.select(types=[EventType.activation_regime_shift.value], to=["dead"])
     first = min(evs, key=lambda e: (e.step, ctx.order(e)), default=None)
-    at = first.step if first else None
+    at = first.step if first is not None else None
     if first is not None and at == 0:  # dead before any update could act: the init or the data, not the learning
         # rate (verify refutes a smaller lr there: units already dead are not revived by a smaller step)
         tips = ["use LeakyReLU/GELU (a dead ReLU unit gets no gradient to recover with)", tips[1]]
