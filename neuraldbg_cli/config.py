@@ -220,6 +220,17 @@ class Thresholds(BaseModel):
         "measured), not stuck: losses stuck at chance vary by 1-4%, a regression "
         "stuck at the target variance by ~9% (batch 64)",
     )
+    init_gain_low: float = Field(
+        0.2,
+        description="advice: a weight layer whose std × sqrt(fan_in), as the script initialised it, is below this "
+        "was initialised too small for its fan-in (PyTorch's default gives 0.58, Xavier 0.3-1.4, He 1.41; a "
+        "hand-written std=0.01 over 100+ inputs ~0.1): a vanishing gradient from step 0 gets the reinit fix",
+    )
+    init_gain_high: float = Field(
+        2.5,
+        description="advice: above this, initialised too large (N(0, 1) over 16+ inputs gives 4 and more, "
+        "He 1.41): saturation or an explosion from step 0 gets the reinit fix",
+    )
     update_oversized: float = Field(
         0.15,
         description="per-step update-to-weight norm ratio above this (with "

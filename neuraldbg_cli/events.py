@@ -325,6 +325,7 @@ class ModuleInfo:
     params: int  # trainable direct parameters (numel)
     weight_ndim2: bool  # owns a matrix/conv weight (gradient-depth analysis uses these)
     in_optimizer: bool = False
+    init_gain: float | None = None  # its weight's std × sqrt(fan_in) when first seen (roots._init_gain)
 
 
 @dataclass

@@ -25,11 +25,14 @@ class Applied:
     def __init__(self, fix_id: str, params: dict[str, Any], unit: str, none_reason: str) -> None:
         self.fix_id, self.params, self.unit, self.none_reason = fix_id, params, unit, none_reason
         self.count = 0
+        self.error: str | None = None
 
     def report(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.fix_id, "params": self.params, "applied": self.count, "unit": self.unit}
         if not self.count:
             out["skipped"] = self.none_reason
+        if self.error:
+            out["error"] = self.error
         return out
 
 
@@ -40,16 +43,24 @@ def install(fix_id: str, params: dict[str, Any], hooks: HookSet) -> Applied:
     return _INSTALL[fix_id](params, hooks)
 
 
-def _on_groups(hooks: HookSet, change: Callable[[dict[str, Any]], None], applied: Applied, key: str) -> None:
+def _on_groups(
+    hooks: HookSet,
+    change: Callable[[dict[str, Any]], None],
+    applied: Applied,
+    key: str,
+    accepts: Callable[[Any], bool] = lambda opt: True,
+) -> None:
     """Optimizer.add_param_group patched (Optimizer.__init__ adds every group through it): `change` each group
     once, and the optimizer's `defaults[key]` once, before the first group takes its default from it. So
-    schedulers built afterwards copy the changed value (initial_lr, base_lrs)."""
+    schedulers built afterwards copy the changed value (initial_lr, base_lrs). Only optimizers `accepts` takes."""
     original = torch.optim.Optimizer.__dict__["add_param_group"]
     seen: weakref.WeakSet[Any] = weakref.WeakSet()
     done: dict[int, dict[str, Any]] = {}  # id -> group (kept: ids stay unique): a wrapper optimizer re-adds
     # its inner optimizer's groups, which must not change twice
 
     def add_param_group(opt: Any, param_group: dict[str, Any]) -> Any:
+        if not accepts(opt):
+            return original(opt, param_group)
         if opt not in seen:
             seen.add(opt)
             defaults = getattr(opt, "defaults", None)
@@ -93,6 +104,19 @@ def _weight_decay(params: dict[str, Any], hooks: HookSet) -> Applied:
         group["weight_decay"] = value
 
     _on_groups(hooks, set_decay, applied, "weight_decay")
+    return applied
+
+
+def _adam_eps(params: dict[str, Any], hooks: HookSet) -> Applied:
+    """eps of Adam-family optimizers only (Adam, AdamW, NAdam, RAdam, Adamax...): the same name means other
+    things in Adagrad or RMSprop."""
+    value = float(params["value"])
+    applied = Applied("adam_eps", params, "param groups", "no Adam-family optimizer was built")
+
+    def set_eps(group: dict[str, Any]) -> None:
+        group["eps"] = value
+
+    _on_groups(hooks, set_eps, applied, "eps", accepts=lambda opt: "adam" in type(opt).__name__.lower())
     return applied
 
 
@@ -174,35 +198,100 @@ def _bn_train_mode(params: dict[str, Any], hooks: HookSet) -> Applied:
     return applied
 
 
-_SWAPPABLE = (torch.nn.Sigmoid, torch.nn.Tanh)
+Tree = list[tuple[str, torch.nn.Module]]
 
 
-def _activation_swap(params: dict[str, Any], hooks: HookSet) -> Applied:
-    """nn.Sigmoid/nn.Tanh modules replaced by nn.ReLU/nn.GELU in a model the first time it is called with
-    gradients on, except its last leaf module (an output squashed for the loss, e.g. before BCELoss)."""
-    target = str(params["to"])
-    make = {"ReLU": torch.nn.ReLU, "GELU": torch.nn.GELU}.get(target)
-    applied = Applied("activation_swap", params, "modules", "no nn.Sigmoid/nn.Tanh module was called")
-    if make is None:
-        applied.none_reason = f"cannot swap to {target!r} (ReLU or GELU)"
-        return applied
+def _on_first_training_call(hooks: HookSet, act: Callable[[Tree], None], applied: Applied) -> None:
+    """`act(named modules)` once per model, at its first call with gradients on: the script has built and
+    initialised it, no update has touched it yet. Modules an earlier call handed over (a submodule called on
+    its own first) are left out, so nothing is done twice or after training began. An error stays here (in
+    trial.json), out of the script's forward."""
     done: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 
     def pre(module: torch.nn.Module, args: Any) -> None:
         if module in done or not torch.is_grad_enabled():
             return
-        tree = list(module.named_modules())
+        tree = [(name, m) for name, m in module.named_modules() if m not in done]
         done.update(m for _, m in tree)
+        try:
+            act(tree)
+        except Exception as e:  # noqa: BLE001 - the trial goes on; verify reads the error
+            applied.error = f"{type(e).__name__}: {e}"
+
+    hooks.add(_module.register_module_forward_pre_hook(pre))
+
+
+_INIT: dict[str, Callable[[torch.Tensor], Any]] = {
+    "kaiming": lambda w: torch.nn.init.kaiming_normal_(w, nonlinearity="relu"),
+    "xavier": torch.nn.init.xavier_uniform_,
+}
+_WEIGHT_LAYERS = (torch.nn.Linear, torch.nn.modules.conv._ConvNd)
+
+
+def _reinit_tree(tree: Tree, picks: Callable[[torch.nn.Module], bool], init: str) -> int:
+    """Re-initialise the trainable matrix/kernel weights of the modules `picks` takes, biases zeroed (a bias
+    initialised far from 0 is what keeps units dead); frozen ones stay as the script has them. The count."""
+    count = 0
+    with torch.no_grad():
+        for _, m in tree:
+            w = getattr(m, "weight", None)
+            if not picks(m) or not isinstance(w, torch.nn.Parameter) or not w.requires_grad:
+                continue
+            if isinstance(w, torch.nn.parameter.UninitializedParameter) or w.dim() < 2:
+                continue
+            _INIT[init](w)
+            bias = getattr(m, "bias", None)
+            if isinstance(bias, torch.nn.Parameter) and bias.requires_grad:
+                bias.zero_()
+            count += 1
+    return count
+
+
+def _reinit(params: dict[str, Any], hooks: HookSet) -> Applied:
+    """Layers of one class (by name, e.g. Linear or Conv2d), at their model's first training call."""
+    layer, init = str(params["layer"]), str(params["init"])
+    applied = Applied("reinit", params, "layers", f"no trainable nn.{layer} with a weight matrix was called")
+    if init not in _INIT:
+        applied.none_reason = f"unknown init {init!r} ({' or '.join(_INIT)})"
+        return applied
+
+    def act(tree: Tree) -> None:
+        applied.count += _reinit_tree(tree, lambda m: type(m).__name__ == layer, init)
+
+    _on_first_training_call(hooks, act, applied)
+    return applied
+
+
+_SWAPPABLE = (torch.nn.Sigmoid, torch.nn.Tanh)
+
+
+def _activation_swap(params: dict[str, Any], hooks: HookSet) -> Applied:
+    """nn.Sigmoid/nn.Tanh modules replaced by nn.ReLU/nn.GELU in a model at its first training call, except
+    its last leaf module (an output squashed for the loss, e.g. before BCELoss); its Linear/Conv layers
+    re-initialised for the new activation (init=kaiming: He, made for ReLU; keep: as they were). The swap
+    alone leaves weights scaled for sigmoid, with which a deep ReLU stack still vanishes."""
+    target, init = str(params["to"]), str(params["init"])
+    make = {"ReLU": torch.nn.ReLU, "GELU": torch.nn.GELU}.get(target)
+    applied = Applied("activation_swap", params, "modules", "no nn.Sigmoid/nn.Tanh module was called")
+    if make is None or init not in (*_INIT, "keep"):
+        applied.none_reason = f"cannot swap to {target!r} (ReLU or GELU) with init {init!r} (kaiming, xavier, keep)"
+        return applied
+
+    def act(tree: Tree) -> None:
         leaves = [name for name, m in tree if not any(True for _ in m.children())]
         last = leaves[-1] if leaves else None
+        swapped = 0
         for name, m in tree:
             for child_name, child in list(m.named_children()):
                 full = f"{name}.{child_name}" if name else child_name
                 if type(child) in _SWAPPABLE and full != last:
                     setattr(m, child_name, make())
-                    applied.count += 1
+                    swapped += 1
+        if swapped and init != "keep":
+            _reinit_tree(tree, lambda m: isinstance(m, _WEIGHT_LAYERS), init)
+        applied.count += swapped
 
-    hooks.add(_module.register_module_forward_pre_hook(pre))
+    _on_first_training_call(hooks, act, applied)
     return applied
 
 
@@ -211,7 +300,9 @@ _INSTALL: dict[str, Callable[[dict[str, Any], HookSet], Applied]] = {
     "clip_grad_norm": _clip_grad_norm,
     "warmup": _warmup,
     "weight_decay": _weight_decay,
+    "adam_eps": _adam_eps,
     "bn_train_mode": _bn_train_mode,
+    "reinit": _reinit,
     "activation_swap": _activation_swap,
 }
 assert set(_INSTALL) == set(FIXES), "every fixspec.FIXES id needs its implementation here"

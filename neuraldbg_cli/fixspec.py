@@ -15,8 +15,23 @@ FIXES: dict[str, tuple[dict[str, Any], str]] = {
     "clip_grad_norm": ({"max_norm": 1.0}, "clip the gradient norm to {max_norm:g} before each optimizer step"),
     "warmup": ({"steps": 50}, "warm the learning rate up linearly over the first {steps} steps"),
     "weight_decay": ({"value": 1e-4}, "set weight_decay={value:g} in every optimizer"),
+    "adam_eps": ({"value": 1e-4}, "set eps={value:g} in every Adam-family optimizer"),
     "bn_train_mode": ({}, "run BatchNorm layers in training mode during training forwards"),
-    "activation_swap": ({"to": "ReLU"}, "replace nn.Sigmoid/nn.Tanh modules with nn.{to}"),
+    "reinit": (
+        {"layer": "Linear", "init": "kaiming"},
+        "re-initialise every nn.{layer} with {init} init (biases 0) before the first training forward",
+    ),
+    "activation_swap": (
+        {"to": "ReLU", "init": "kaiming"},
+        "replace nn.Sigmoid/nn.Tanh modules with nn.{to} (Linear/Conv weights: {init} init)",
+    ),
+}
+# the words a text parameter accepts; init: He (kaiming_normal_, made for ReLU), Glorot (xavier_uniform_, made for
+# tanh/sigmoid), or the weights left as they are (keep: the swap alone)
+CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("reinit", "init"): ("kaiming", "xavier"),
+    ("activation_swap", "to"): ("ReLU", "GELU"),
+    ("activation_swap", "init"): ("kaiming", "xavier", "keep"),
 }
 ENV_FIX = "NEURALDBG_FIX"  # a trial's fix, one-line form
 ENV_MAX_STEPS = "NEURALDBG_MAX_STEPS"  # a trial ends cleanly after this many optimizer steps
@@ -56,12 +71,15 @@ def parse(text: str) -> tuple[str, dict[str, Any]]:
         if not eq or name.strip() not in defaults:
             known = ", ".join(defaults) or "none"
             raise NeuraldbgError(f"neuraldbg: fix {fix_id}: bad parameter {pair!r} (parameters: {known})")
-        params[name.strip()] = _value(value.strip(), defaults[name.strip()], fix_id)
+        params[name.strip()] = _value(value.strip(), name.strip(), defaults[name.strip()], fix_id)
     return fix_id, params
 
 
-def _value(text: str, default: Any, fix_id: str) -> Any:
+def _value(text: str, name: str, default: Any, fix_id: str) -> Any:
     if isinstance(default, str):
+        choices = CHOICES.get((fix_id, name))
+        if choices and text not in choices:
+            raise NeuraldbgError(f"neuraldbg: fix {fix_id}: {name}={text!r} is not one of {', '.join(choices)}")
         return text
     try:
         value = int(text) if isinstance(default, int) else float(text)
@@ -94,3 +112,15 @@ def annotate(fixes: list[dict[str, Any]], kind: str, verified: dict[str, Any]) -
 
 STATUSES = {"verified": 0, "not_verified": 1, "inconclusive": 2}  # in the order fixes are listed
 MARKS = {"verified": "verified ✓", "not_verified": "not verified ✗", "inconclusive": "inconclusive ?"}
+
+
+def verdicts(fixes: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(status, `fix ID:PARAMS: verified ✓ (reason, with the numbers)`) for each fix `verify` judged, in the
+    fixes' order (annotate lists verified ones first): what explain and the report show under the suggestions."""
+    out = []
+    for f in fixes:
+        status = f.get("verified")
+        if status in MARKS:
+            detail = f" ({f['verified_detail']})" if f.get("verified_detail") else ""
+            out.append((status, f"fix {spec(f['id'], f['params'])}: {MARKS[status]}{detail}"))
+    return out

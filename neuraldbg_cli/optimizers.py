@@ -92,13 +92,16 @@ class OptimizerWatch:
 
     def describe(self) -> list[dict[str, Any]]:
         """Every optimizer the run used, in the order they appeared: type, hyperparameters per group (betas as a
-        list), number of parameters, the root models it trains and the lrs it was seen with."""
+        list), number of parameters and their dtypes (its state has theirs: an eps too small for float16 is 0
+        there), the root models it trains and the lrs it was seen with."""
         for opt in list(self.optimizers):
             groups = [{k: v for k, v in g.items() if k != "params" and _plain(v)} for g in opt.param_groups]
+            params = [p for g in opt.param_groups for p in g["params"]]
             self._described[id(opt)] = {
                 "type": type(opt).__name__,
                 "groups": [{k: list(v) if isinstance(v, tuple) else v for k, v in g.items()} for g in groups],
-                "params": sum(p.numel() for g in opt.param_groups for p in g["params"]),
+                "params": sum(p.numel() for p in params),
+                "dtypes": sorted({str(p.dtype).removeprefix("torch.") for p in params}),
                 "roots": sorted({root for root, _ in self._sets.of_optimizer(opt).owners}),
             }
             if self._lr_at.get(id(opt)):

@@ -5,6 +5,7 @@ for. A root is decided once, when it is first called (or compiled), so the per-c
 from __future__ import annotations
 
 import gc
+import math
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -13,7 +14,16 @@ import torch
 
 from neuraldbg_cli.events import ModelInfo, ModuleInfo
 from neuraldbg_cli.provenance import items_of
-from neuraldbg_cli.tensorstats import CHEAP_ONLY, DEAD, FINITE_PRESERVING, NORMS, RELU_LIKE, SAT_FLAGS, holds
+from neuraldbg_cli.tensorstats import (
+    CHEAP_ONLY,
+    DEAD,
+    FINITE_PRESERVING,
+    NORMS,
+    RELU_LIKE,
+    SAT_FLAGS,
+    holds,
+    is_sharded,
+)
 from neuraldbg_cli.vocab import ACTIVATION_TYPES, is_norm
 
 PARAMS, SAFE, OTHER = 0, 1, 2  # an observed module: has parameters; finite-preserving; anything else
@@ -207,10 +217,27 @@ def _describe(root: Root, name: str, m: torch.nn.Module, fresh: list) -> None:
     matrix = any(p.dim() >= 2 for p in fresh) and tname not in ("Embedding", "EmbeddingBag")
     info = root.modules.get(name)
     if info is None:
-        root.modules[name] = ModuleInfo(name=name, type=tname, params=numel, weight_ndim2=matrix)
+        gain = _init_gain(m, fresh) if matrix else None
+        root.modules[name] = ModuleInfo(name=name, type=tname, params=numel, weight_ndim2=matrix, init_gain=gain)
     else:
         info.params += numel
         info.weight_ndim2 = info.weight_ndim2 or matrix
+
+
+def _init_gain(m: torch.nn.Module, fresh: list) -> float | None:
+    """std(weight) × sqrt(fan_in) of a layer's weight matrix or kernel as the script initialised it (read once,
+    when the model is first seen, before any update): its scale against what init schemes set (PyTorch's
+    default 0.58, Xavier 0.3-1.4, He 1.41), so that a rule can tell a symptom the init explains from one it
+    does not. None for a sharded, meta or single-element weight."""
+    w = getattr(m, "weight", None)
+    if not isinstance(w, torch.Tensor) or not any(w is p for p in fresh):
+        return None
+    if w.dim() < 2 or w.numel() < 2 or w.is_meta or is_sharded(w):
+        return None
+    try:
+        return float(w.detach().float().std()) * math.sqrt(w[0].numel())  # fan_in: inputs × kernel size
+    except Exception:  # noqa: BLE001 - an exotic tensor type: no reading, no harm
+        return None
 
 
 Claim = Callable[[Root, str, torch.nn.Parameter], bool]

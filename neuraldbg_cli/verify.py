@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from neuraldbg_cli import fixspec
+from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.errors import NeuraldbgError
 from neuraldbg_cli.events import Report
 from neuraldbg_cli.trialrun import Command, Outcome, python_for, read_outcome, run_one
@@ -129,9 +130,25 @@ def _unique(cands: list[Candidate]) -> list[Candidate]:
     return list(seen.values())
 
 
-def default_steps(cands: list[Candidate]) -> int:
-    """Past the latest onset with margin: 1.5 × onset + 20, at most STEPS_CAP."""
-    return min(STEPS_CAP, int(1.5 * max(c.onset for c in cands)) + 20)
+# kind -> (threshold, multiple): the losses a loss state needs before the monitor recognises it; its onset is
+# dated back to the start of that stretch, so a trial must run past onset + that many steps to show it
+RECOGNISED_AFTER = {"loss_plateau": ("plateau_min_losses", 1), "unstable_loss": ("loss_window", 2)}
+
+
+def default_steps(cands: list[Candidate], thresholds: dict[str, Any]) -> int:
+    """Past the latest point a symptom can be recognised, with margin: 1.5 × (onset + the losses its state needs
+    first) + 20, at most STEPS_CAP. `thresholds`: those the run was observed with."""
+    return min(STEPS_CAP, max(int(1.5 * (c.onset + _recognised_after(c.kind, thresholds))) + 20 for c in cands))
+
+
+def _recognised_after(kind: str, thresholds: dict[str, Any]) -> int:
+    name, times = RECOGNISED_AFTER.get(kind, ("", 0))
+    if not name:
+        return 0
+    value = thresholds.get(name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        value = Thresholds.model_fields[name].default
+    return times * int(value)
 
 
 def make_plan(
@@ -148,7 +165,7 @@ def make_plan(
         return f"nothing to verify: {run_dir} shows no problem at confidence >= {min_conf:g}"
     if not cands:
         return "nothing to verify: no problem found has a fix neuraldbg can apply from outside the script"
-    n = steps or default_steps(cands)
+    n = steps or default_steps(cands, cmd.thresholds)
     wall: float = _field(meta, "wall_s", (int, float), 10.0)
     observed: int = _field(meta, "steps_observed", int, 0)
     per_trial = START_S + float(wall) * min(1.0, n / max(1, observed))
@@ -227,8 +244,10 @@ def judge(c: Candidate, plan: Plan, done: dict[tuple[str | None, int | None], Ou
             inconclusive = f"the control did not show {c.kind} within {ctl.steps} steps{on}"
         elif tri.state != "ok":
             inconclusive = f"the trial {tri.state}{on}: {tri.error}"
+        elif tri.fix.get("error"):
+            inconclusive = f"the fix failed{on}: {tri.fix['error']}"
         elif not tri.fix.get("applied"):
-            inconclusive = f"not applicable{on}: {tri.fix.get('skipped') or tri.fix.get('error') or 'not applied'}"
+            inconclusive = f"not applicable{on}: {tri.fix.get('skipped') or 'not applied'}"
         if inconclusive:
             break
         assert ctl is not None and tri is not None

@@ -93,6 +93,11 @@ ACTIVATION_TYPES = (
 # and their gradient can be sparse
 EMBEDDING_TYPES = frozenset({"Embedding", "EmbeddingBag"})
 RNN_TYPES = frozenset({"RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell"})
+# layers the `reinit` fix is offered for: a weight matrix or kernel that multiplies, whose init sets the scale
+INIT_TYPES = frozenset({"Linear", *(f"{base}{d}d" for base in ("Conv", "ConvTranspose") for d in (1, 2, 3))})
+# unbounded activations He (Kaiming) init is made for; a model without them (tanh/sigmoid, or activations called
+# as functions, which its modules do not show) is offered Glorot (Xavier), the smaller of the two
+HE_INIT_TYPES = RELU_TYPES | {"LeakyReLU", "PReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Hardswish"}
 # modules that carry their own normalisation and residual connections (torch.nn's transformer blocks)
 RESIDUAL_NORM_BLOCKS = frozenset(
     {"TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder", "Transformer"}

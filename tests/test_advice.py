@@ -223,6 +223,56 @@ def test_units_dead_from_the_start_get_no_lr_advice_or_fix():
     assert any(f["id"] == "lr_scale" for f in later.fixes)  # died while training at a large lr: it may be the lr
 
 
+def gained(gain, *types):
+    """model() whose Linear layers were initialised at this std × sqrt(fan_in) (model.json's init_gain)."""
+    out = model(*types)
+    for info in out[0]["modules"].values():
+        if info["type"] == "Linear":
+            info["init_gain"] = gain
+    return out
+
+
+def reinits(h):
+    return [f["params"] for f in h.fixes if f["id"] == "reinit"]
+
+
+def test_symptoms_from_step_zero_get_reinit_only_where_the_init_explains_them():
+    """A symptom before any update comes from the init or the data. Dead units: re-initialise (He, biases 0)
+    whatever the weights' scale (a bias keeps them off); saturation and explosion only when the weights were
+    measured too large, a vanishing gradient only when too small; later onsets: never (training did it)."""
+    act = ("Linear", "ReLU", "Linear")
+    dead = [ev(ACT, 0, "m1", "normal", "dead", "output", dead_frac=0.95)]
+    assert reinits(explain(dead, gained(0.58, *act))[0]) == [{"layer": "Linear", "init": "kaiming"}]
+    sat = [ev(ACT, 0, "m0", "normal", "saturated", "activation", sat_frac=0.9)]
+    big, usual = gained(16.0, "Linear", "Tanh", "Linear"), gained(0.58, "Linear", "Tanh", "Linear")
+    assert reinits(by_kind(explain(sat, big))[Kind.saturated_activation]) == [{"layer": "Linear", "init": "xavier"}]
+    assert reinits(by_kind(explain(sat, usual))[Kind.saturated_activation]) == []  # the inputs' scale, not the init
+    boom = [ev(GRAD, 0, "m0", "healthy", "exploding", "gradient", rms=1e4)]
+    assert reinits(explain(boom, gained(2.8, *act))[0]) == [{"layer": "Linear", "init": "kaiming"}]
+    assert reinits(explain(boom, gained(1.4, *act))[0]) == []
+    fade = [ev(GRAD, 0, "m0", "healthy", "vanishing", "gradient", rms=1e-12, ratio_to_max=1e-9)]
+    small = gained(0.05, "Linear", "Linear", "Linear")  # functional activations: Glorot
+    assert reinits(explain(fade, small)[0]) == [{"layer": "Linear", "init": "xavier"}]
+    assert reinits(explain(fade, gained(0.58, "Linear", "Linear", "Linear"))[0]) == []  # a functional sigmoid?
+    later = [ev(GRAD, 3, "m0", "healthy", "vanishing", "gradient", rms=1e-12, ratio_to_max=1e-9)]
+    assert reinits(explain(later, small)[0]) == []
+    assert not any(reinits(h) for h in explain([ev(ACT, 4, "m1", "normal", "dead", "output")], gained(9.0, *act)))
+
+
+def test_adam_eps_is_named_for_a_nan_in_float16_adam_only():
+    nan = [ev("non_finite", 1, "m0", "normal", "non_finite", "output")]
+
+    def adam(eps, dtypes, type_="Adam"):
+        return [{"type": type_, "groups": [{"lr": 1e-3, "eps": eps}], "params": 10, "dtypes": dtypes}]
+
+    h = explain(nan, MODELS, adam(1e-8, ["float16"]))[0]
+    assert h.fixes[0] == {"id": "adam_eps", "params": {"value": 1e-4}, "text": h.suggestions[0]}, h.fixes
+    assert "float16" in h.suggestions[0] and "eps=1e-08" in h.suggestions[0]
+    for opts in (adam(1e-8, ["float32"]), adam(1e-8, ["bfloat16"]), adam(1e-4, ["float16"]),
+                 adam(1e-8, ["float16"], "RMSprop")):
+        assert not any(f["id"] == "adam_eps" for f in explain(nan, MODELS, opts)[0].fixes), opts
+
+
 # ---------------------------------------------------------------- activation blow-ups are evidence
 
 BLOWUP = [ev(ACT, 2, "m2", "normal", "anomalous", "output", std=1e6, baseline_std=1.0, std_ratio=1e6),

@@ -87,6 +87,13 @@ def test_exploding_on_all_ranks(tmp_path_factory):
     assert any("lr=0.4" in s for s in top["suggestions"])
 
 
+def test_verify_of_a_torchrun_job_is_refused_with_one_line(tmp_path_factory):
+    _, run_dir = job("explode", tmp_path_factory)  # problems found: verify would have fixes to try
+    r = run_cli("verify", run_dir)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stdout + r.stderr
+    assert "torchrun" in r.stderr and "Traceback" not in r.stderr and not (run_dir / "verify.json").exists()
+
+
 def test_nan_in_one_ranks_data_starts_at_that_ranks_input(tmp_path_factory):
     proc, run_dir = job("nan_shard", tmp_path_factory)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -48,7 +48,8 @@ def test_clip_weight_decay_bn_and_activation_swap():
     clip = fixes.install("clip_grad_norm", {"max_norm": 1.0}, hooks)
     decay = fixes.install("weight_decay", {"value": 0.01}, hooks)
     bn = fixes.install("bn_train_mode", {}, hooks)
-    swap = fixes.install("activation_swap", {"to": "ReLU"}, hooks)
+    swap = fixes.install("activation_swap", {"to": "ReLU", "init": "keep"}, hooks)
+    kept = model[0].weight.detach().clone()
     with hooks:
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         (1000 * model(torch.randn(16, 4))).sum().backward()
@@ -61,6 +62,72 @@ def test_clip_weight_decay_bn_and_activation_swap():
     assert opt.param_groups[0]["weight_decay"] == 0.01 and decay.count == 1
     assert bn.count == 1 and model[1].running_mean.abs().sum() > 0 and validation_mode is False
     assert isinstance(model[2], nn.ReLU) and isinstance(model[4], nn.Sigmoid) and swap.count == 1  # output kept
+    step = 0.1 * (model[0].weight.grad + 0.01 * kept)  # init=keep: the weights changed by the SGD step only
+    assert torch.allclose(model[0].weight.detach(), kept - step, atol=1e-6)
+
+
+def _std(t: torch.Tensor) -> float:
+    return float(t.detach().std())
+
+
+def test_reinit_one_layer_type_at_the_first_training_call():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Conv1d(1, 4, 3))
+    frozen = model[2]
+    for lin in (model[0], model[2]):
+        nn.init.normal_(lin.weight, std=5.0)
+        nn.init.constant_(lin.bias, -20.0)  # every unit off: dead from the start
+    frozen.requires_grad_(False)  # a frozen (pretrained) layer stays as the script has it
+    conv = model[4].weight.detach().clone()
+    x = torch.randn(64, 256)
+    hooks, applied = _install("reinit:layer=Linear,init=kaiming")
+    with hooks:
+        with torch.no_grad():
+            model[:2](x)  # a validation pass: nothing happens yet
+        assert _std(model[0].weight) == pytest.approx(5.0, rel=0.02) and applied.count == 0
+        model[:2](x).sum().backward()  # the first training call
+        assert _std(model[0].weight) == pytest.approx((2 / 256) ** 0.5, rel=0.05)  # He: sqrt(2 / fan_in)
+        assert not model[0].bias.any() and applied.count == 1
+        with torch.no_grad():
+            model[0].weight.fill_(0.5)  # as an update would
+        model[:4](x).sum().backward()  # a later training call, through another wrapper
+    assert bool((model[0].weight == 0.5).all())  # not done twice
+    assert _std(frozen.weight) == pytest.approx(5.0, rel=0.02) and bool((frozen.bias == -20.0).all())
+    assert torch.equal(model[4].weight, conv) and applied.count == 1  # another layer type: untouched
+    with HookSet() as again:
+        applied = fixes.install("reinit", {"layer": "Conv1d", "init": "xavier"}, again)
+        model[4](torch.randn(2, 1, 8))
+    bound = (6 / (3 + 12)) ** 0.5  # xavier_uniform_: U(-sqrt(6 / (fan_in + fan_out)), +...)
+    assert not torch.equal(model[4].weight, conv) and bool((model[4].weight.abs() <= bound).all())
+    assert not model[4].bias.any() and applied.count == 1
+
+
+def test_activation_swap_reinitialises_for_the_new_activation():
+    torch.manual_seed(0)
+    model = nn.Sequential(*[m for _ in range(3) for m in (nn.Linear(128, 128), nn.Sigmoid())], nn.Linear(128, 2))
+    hooks, applied = _install("activation_swap")
+    with hooks:
+        model(torch.randn(8, 128)).sum().backward()
+    assert [type(m).__name__ for m in model][:6] == ["Linear", "ReLU"] * 3 and applied.count == 3
+    assert all(_std(m.weight) == pytest.approx((2 / 128) ** 0.5, rel=0.05) for m in model if isinstance(m, nn.Linear))
+
+
+def test_adam_eps_only_in_adam_family_optimizers():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 2)).half()  # float16 state: 1e-8 is 0 there
+    x, y = torch.randn(64, 16).half(), torch.randint(0, 2, (64,))
+    hooks, applied = _install("adam_eps")
+    with hooks:
+        adam = torch.optim.Adam([{"params": model[0].parameters(), "eps": 1e-10}, {"params": model[2].parameters()}])
+        adamw = torch.optim.AdamW(model.parameters())
+        rms = torch.optim.RMSprop(model.parameters(), eps=1e-8)
+    assert [g["eps"] for g in adam.param_groups] == [1e-4, 1e-4] and adam.defaults["eps"] == 1e-4
+    assert adamw.param_groups[0]["eps"] == 1e-4 and rms.param_groups[0]["eps"] == 1e-8 and applied.count == 3
+    nn.functional.cross_entropy(model(x).float(), y).backward()
+    adam.step()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    torch.optim.Adam(model.parameters()).step()  # undone: the default eps, 0 in float16: 0 / 0 where a grad is 0
+    assert not all(torch.isfinite(p).all() for p in model.parameters())
 
 
 def test_seed_offsets_the_scripts_own_seeds():
@@ -79,6 +146,9 @@ def test_specs_parse_and_print():
     assert fixspec.parse("lr_scale:factor=10") == ("lr_scale", {"factor": 10.0})
     assert fixspec.spec("clip_grad_norm", {"max_norm": 1.0}) == "clip_grad_norm:max_norm=1"
     assert fixspec.parse("bn_train_mode") == ("bn_train_mode", {})
-    for bad in ("nope", "lr_scale:factor=-1", "lr_scale:factor", "warmup:steps=x"):
+    assert fixspec.parse("reinit:layer=Conv2d") == ("reinit", {"layer": "Conv2d", "init": "kaiming"})
+    assert fixspec.spec("adam_eps", {"value": 1e-4}) == "adam_eps:value=0.0001"
+    for bad in ("nope", "lr_scale:factor=-1", "lr_scale:factor", "warmup:steps=x", "reinit:init=orthogonal",
+                "activation_swap:to=ELU", "adam_eps:value=0"):
         with pytest.raises(NeuraldbgError):
             fixspec.parse(bad)

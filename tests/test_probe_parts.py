@@ -194,6 +194,18 @@ def test_root_finder_names_a_part_called_alone_from_its_model_and_skips_what_tra
     assert [r.name for r in finder.live] == ["GAN"]
 
 
+def test_a_layers_init_scale_is_read_when_its_model_is_first_seen():
+    """std(weight) × sqrt(fan_in): PyTorch's default init 1/sqrt(3), N(0, 1) over 64 inputs 8."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 64), nn.Tanh(), nn.Conv1d(4, 8, 3), nn.Linear(64, 2))
+    nn.init.normal_(model[3].weight, std=1.0)
+    finder = RootFinder(Registry(), lambda: None, _quiet())
+    modules = finder.find(model).root.info(set()).modules
+    assert modules["0"].init_gain == pytest.approx(3**-0.5, rel=0.05)
+    assert modules["2"].init_gain == pytest.approx(3**-0.5, rel=0.2)  # fan_in 4 × kernel 3
+    assert modules["3"].init_gain == pytest.approx(8.0, rel=0.15) and modules["1"].init_gain is None
+
+
 # ---- optimizers ----
 
 
@@ -215,6 +227,7 @@ def test_optimizer_watch_names_series_by_the_part_trained_and_describes_gone_opt
     assert [d["type"] for d in watch.describe()] == ["SGD", "Adam"]  # in the order they appeared
     assert [d["roots"] for d in watch.describe()] == [["GAN"], ["GAN"]]  # the root models each one trains
     assert watch.describe()[1]["groups"][0]["betas"] == [0.9, 0.999]
+    assert watch.describe()[0]["dtypes"] == ["float32"]  # Adam's state has its parameters' dtype
     del opt_g
     gc.collect()
     assert [d["type"] for d in watch.describe()] == ["SGD", "Adam"] and len(watch.optimizers) == 1

@@ -74,6 +74,33 @@ def test_exploding_run_draws_nan_cells_and_loss(pages):
     assert "at None" not in page and "whole model, from step" in page  # loss_divergence names no module
 
 
+def test_verify_verdicts_next_to_each_hypothesis_verified_first(observe, tmp_path):
+    """With RUN_DIR/verify.json, each card lists what verify found for its fixes, as `explain` does."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(observe("exploding.py").run_dir, run_dir)  # SGD lr=0.4: lr_scale 0.025 and clipping offered
+    assert "checked by" not in _report(run_dir)
+    reason = "1/1 seeds: loss 0.29 vs NaN/Inf at step 27"
+    fixes = [{"kind": "exploding_gradient", "id": "lr_scale", "params": {"factor": 0.025}, "status": "not_verified",
+              "reason": "exploding_gradient still present <on seed 1>"},
+             {"kind": "exploding_gradient", "id": "clip_grad_norm", "params": {"max_norm": 1.0},
+              "status": "verified", "reason": reason}]
+    (run_dir / "verify.json").write_text(json.dumps({"schema": "neuraldbg.verify/1", "fixes": fixes}))
+    card = _report(run_dir).split("<li class='hyp' id='hyp-")[1].split("</ol>")[0]
+    assert "<h3>#1 exploding_gradient" in card
+    shown = re.findall(r"<li class='(\w+)'>(.*?)</li>", card)
+    assert shown == [("verified", f"fix clip_grad_norm:max_norm=1: verified ✓ ({reason})"),
+                     ("not_verified", "fix lr_scale:factor=0.025: not verified ✗ (exploding_gradient still present "
+                                      "&lt;on seed 1&gt;)")], shown
+    text = run_cli("explain", run_dir).stdout  # the same lines, from the same function
+    assert f"   fix clip_grad_norm:max_norm=1: verified ✓ ({reason})" in text
+
+
+def _report(run_dir) -> str:
+    r = run_cli("report", run_dir, "-o", run_dir / "report.html")
+    assert r.returncode == 0, r.stderr
+    return (run_dir / "report.html").read_text()
+
+
 def _chromium(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                            "--no-first-run", "--disable-extensions", *args], capture_output=True, text=True,

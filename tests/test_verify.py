@@ -1,4 +1,5 @@
-"""`neuraldbg verify` through the CLI: verified and refuted fixes on small CPU scripts, a trial that crashes, the
+"""`neuraldbg verify` through the CLI: verified and refuted fixes on small CPU scripts (diverging SGD, an exploding
+deep MLP, a Post-LN transformer without warm-up, BatchNorm left in eval mode), a trial that crashes, the
 user's files left untouched, no process left behind, and bad input (exit 2)."""
 from __future__ import annotations
 
@@ -9,10 +10,19 @@ import shutil
 import uuid
 from pathlib import Path
 
-from conftest import ASSETS, explain_json, run_cli
+from conftest import ASSETS, ROOT, explain_json, run_cli
+
+from neuraldbg_cli import verify
+
+DEMO_VANISHING = ROOT / "scripts" / "demo_vanishing.py"
 
 
 def _verify(run_dir: Path, *args: str, **env: str) -> dict:
+    return _verify_out(run_dir, *args, **env)[0]
+
+
+def _verify_out(run_dir: Path, *args: str, **env: str) -> tuple[dict, str]:
+    """verify.json's document (its schema checked) and verify's stdout."""
     r = run_cli("verify", run_dir, *args, timeout=400, **env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.startswith("neuraldbg verify: ") and " trials " in r.stdout.splitlines()[0], r.stdout
@@ -21,7 +31,7 @@ def _verify(run_dir: Path, *args: str, **env: str) -> dict:
     for f in doc["fixes"]:
         assert list(f) == ["kind", "id", "params", "text", "status", "wins", "seeds", "metric", "reason"]
         assert f["status"] in ("verified", "not_verified", "inconclusive") and set(f["metric"]) == {"control", "trial"}
-    return doc
+    return doc, r.stdout
 
 
 def _entry(doc: dict, kind: str, fix_id: str, **params) -> dict:
@@ -97,11 +107,14 @@ def test_exploding_deep_mlp_clipping_verified_user_files_untouched_no_process_le
     before = _snapshot(proj)
     marker = f"verify-marker-{uuid.uuid4().hex}"
 
-    doc = _verify(run_dir, "--timeout", "120", SPAWN_MARKER=marker)
+    doc, out = _verify_out(run_dir, "--timeout", "120", SPAWN_MARKER=marker)
     clip = _entry(doc, "exploding_gradient", "clip_grad_norm")
     assert clip["status"] == "verified", clip
+    assert _entry(doc, "exploding_gradient", "reinit", layer="Linear", init="kaiming")["status"] == "verified"
     lr = _entry(doc, "exploding_gradient", "lr_scale")  # the script rejects a changed lr: the trial crashes
     assert lr["status"] == "inconclusive" and "crashed" in lr["reason"] and "config check failed" in lr["reason"]
+    trials = [ln for ln in out.splitlines() if ln.startswith("  [")]  # verify went on after it
+    assert "lr_scale" in trials[1] and "crashed" in trials[1] and len(trials) == 4, trials
 
     assert _snapshot(proj) == before  # nothing of the user's changed, nothing added
     trial = json.loads((run_dir / "verify" / "control" / "trial.json").read_text())
@@ -122,6 +135,53 @@ def test_batchnorm_left_in_eval_mode_bn_train_mode_verified(tmp_path):
     doc = _verify(run_dir)
     bn = _entry(doc, "normalization_fault", "bn_train_mode")
     assert bn["status"] == "verified" and bn["metric"]["trial"] < bn["metric"]["control"], bn
+
+
+def test_postln_transformer_without_warmup_warmup_verified(tmp_path):
+    run_dir = tmp_path / "run"
+    r = run_cli("run", "-q", "--run-dir", run_dir, ASSETS / "postln.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    warmups = {h["kind"]: f for h in explain_json(run_dir)["hypotheses"] for f in h["fixes"] if f["id"] == "warmup"}
+    assert "vanishing_gradient" in warmups and "Post-LN" in warmups["vanishing_gradient"]["text"], warmups
+
+    doc = _verify(run_dir)
+    warm = _entry(doc, "vanishing_gradient", "warmup", steps=50)
+    assert warm["status"] == "verified", warm
+    assert warm["metric"]["trial"] < 0.1 and warm["metric"]["control"] > 2.0, warm  # fits the batch vs near chance
+    assert not [f for f in doc["fixes"] if f["id"] == "warmup" and f["status"] == "not_verified"], doc["fixes"]
+
+
+def _run_and_verify(tmp_path, script, *verify_args: str) -> dict:
+    run_dir = tmp_path / Path(script).stem
+    r = run_cli("run", "-q", "--run-dir", run_dir, script, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    return _verify(run_dir, *verify_args)
+
+
+def test_dead_from_init_reinit_and_float16_adam_eps_verified(tmp_path):
+    dead = _entry(_run_and_verify(tmp_path, ASSETS / "dead_relu.py"), "dead_activation", "reinit")
+    assert dead["params"] == {"layer": "Linear", "init": "kaiming"} and dead["status"] == "verified", dead
+    assert dead["metric"]["trial"] < dead["metric"]["control"]  # fc2's bias of -20 reset: its units live
+    eps = _entry(_run_and_verify(tmp_path, ASSETS / "fp16_adam.py"), "non_finite", "adam_eps", value=1e-4)
+    assert eps["status"] == "verified" and eps["metric"]["control"] is None and eps["metric"]["trial"] < 1, eps
+
+
+def test_activation_swap_verified_with_he_init_refuted_without(tmp_path):
+    """16 sigmoid layers: ReLU at the weights sigmoid was initialised for still vanishes; with He init it learns."""
+    doc = _run_and_verify(tmp_path, DEMO_VANISHING, "--steps", "80", "--fix", "activation_swap",
+                          "--fix", "activation_swap:init=keep")
+    he = _entry(doc, "vanishing_gradient", "activation_swap", init="kaiming")
+    assert he["status"] == "verified" and he["metric"]["trial"] < he["metric"]["control"] - 0.1, he
+    keep = _entry(doc, "vanishing_gradient", "activation_swap", init="keep")
+    assert keep["status"] == "not_verified" and "still present" in keep["reason"], keep
+
+
+def test_default_steps_cover_the_losses_a_plateau_needs_before_it_is_recognised():
+    plateau = verify.Candidate("loss_plateau", "warmup", {"steps": 50}, "", onset=0)  # dated back to step 0
+    assert verify.default_steps([plateau], {}) == 80  # 1.5 × (0 + plateau_min_losses 40) + 20
+    assert verify.default_steps([plateau], {"plateau_min_losses": 10}) == 35
+    exploding = verify.Candidate("exploding_gradient", "clip_grad_norm", {"max_norm": 1.0}, "", onset=10)
+    assert verify.default_steps([exploding], {}) == 35
 
 
 def test_healthy_run_nothing_to_verify_then_bad_input_exit_2(tmp_path):

@@ -9,7 +9,7 @@ from typing import Any
 
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import ActState, ActStats, EventType, Hypothesis, Kind, StepRecord
-from neuraldbg_cli.families.advice import _lr_above_usual, lower_lr, lower_lr_fix
+from neuraldbg_cli.families.advice import _lr_above_usual, lower_lr, lower_lr_fix, reinit_fix
 from neuraldbg_cli.families.base import (
     NON_FINITE,
     Board,
@@ -152,11 +152,13 @@ def dead_activation(ctx: Context) -> Hypothesis | None:
         "check bias initialisation (large negative biases keep units off) and use He init",
     ]
     # a large lr is the usual way units die during training: its fix first when the lr is above its range
-    at = min((e.step for e in ctx.select(types=[EventType.activation_regime_shift.value], to=["dead"])), default=None)
-    if at == 0:  # dead before any update could act: the init or the data, not the learning rate (verify refutes
-        # a smaller lr there: units already dead are not revived by a smaller step)
+    evs = ctx.select(types=[EventType.activation_regime_shift.value], to=["dead"])
+    first = min(evs, key=lambda e: (e.step, ctx.order(e)), default=None)
+    at = first.step if first is not None else None
+    if first is not None and at == 0:  # dead before any update could act: the init or the data, not the learning
+        # rate (verify refutes a smaller lr there: units already dead are not revived by a smaller step)
         tips = ["use LeakyReLU/GELU (a dead ReLU unit gets no gradient to recover with)", tips[1]]
-        fixes: list = []
+        fixes: list = reinit_fix(ctx, first, tips[1], init="kaiming")
     else:
         tips = lower_lr(ctx, at) + tips if _lr_above_usual(ctx, at) else tips[:1] + lower_lr(ctx, at) + tips[1:]
         fixes = lower_lr_fix(ctx, at)
@@ -170,7 +172,7 @@ def saturated_activation(ctx: Context) -> Hypothesis | None:
     classifier that is sure, or a loss that pushes it to a rail; swapping the activation (ReLU) would change
     what the model outputs, so the advice there is about the loss and the balance of training."""
     evs = ctx.select(types=[EventType.activation_regime_shift.value], to=["saturated"])
-    swap = []
+    fixes: list[dict[str, Any]] = []
     if evs and all(ctx.output_side(e.root, e.module) for e in evs):
         tips = [
             "the model's output activation is pinned at its rails (outputs ~0/1): return logits and use "
@@ -185,8 +187,11 @@ def saturated_activation(ctx: Context) -> Hypothesis | None:
             if _model_has(ctx, is_norm)
             else "add BatchNorm/LayerNorm before the activation, or switch to ReLU/GELU"
         )
+        hidden = [e for e in evs if not ctx.output_side(e.root, e.module)]
+        if hidden:  # saturated from step 0: the init's scale (or the inputs') before any update
+            fixes = reinit_fix(ctx, min(hidden, key=lambda e: (e.step, ctx.order(e))), tips[0], "xavier", "large")
         if _model_has(ctx, SATURATING_TYPES.__contains__):
-            swap.append(fix("activation_swap", tips[-1], to="ReLU"))
+            fixes.append(fix("activation_swap", tips[-1], to="ReLU"))
     return _activation_rule(
         ctx,
         "saturated",
@@ -194,7 +199,7 @@ def saturated_activation(ctx: Context) -> Hypothesis | None:
         0.62,
         tips,
         "Bounded activations are pinned at their rails (saturated, gradient ≈ 0)",
-        swap,
+        fixes,
     )
 
 

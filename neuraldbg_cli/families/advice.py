@@ -1,13 +1,14 @@
-"""Learning-rate advice shared by the rules: lower it for a run it drives too hard, raise it only for a loss
-that does not move under a learning rate below its optimizer's usual range."""
+"""Advice shared by the rules. Learning rate: lower it for a run it drives too hard, raise it only for a loss
+that does not move under a learning rate below its optimizer's usual range. Warm-up for Post-LN transformers.
+Re-initialisation for a symptom present before any update. Adam's eps where float16 loses it."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from neuraldbg_cli.families.base import Context
+from neuraldbg_cli.families.base import Context, Event
 from neuraldbg_cli.fixspec import fix, lr_scale
-from neuraldbg_cli.vocab import usual_lr
+from neuraldbg_cli.vocab import HE_INIT_TYPES, INIT_TYPES, usual_lr
 
 
 def lower_lr(ctx: Context, at: int | None = None) -> list[str]:
@@ -106,3 +107,64 @@ def postln_warmup(ctx: Context) -> list[str]:
 def postln_warmup_fix(ctx: Context) -> list[dict[str, Any]]:
     """postln_warmup's advice as a fix (a warm-up)."""
     return [fix("warmup", text) for text in postln_warmup(ctx)]
+
+
+def reinit_fix(
+    ctx: Context, first: Event, text: str, init: str | None = None, scale: str | None = None
+) -> list[dict[str, Any]]:
+    """`reinit` of the layer type where a symptom began, for one present at step 0: before any update acted,
+    only the init (or the data) can cause it, and a new init is what tests the first. The layer type is the
+    event's module's, or that of the nearest weight layer before it in the forward order (an activation
+    module). `scale` "small" / "large": only when some layer of that type in the model was measured that far
+    off the scale init schemes set (model.json's init_gain), so a symptom the init does not explain (a
+    functional sigmoid, unnormalised inputs) gets no reinit. `init`: He for a model with ReLU-family
+    activation modules, else Glorot."""
+    found = _init_layer(ctx, first.root, first.module) if first.step == 0 else None
+    if found is None:
+        return []
+    layer, gains = found
+    th = ctx.thresholds
+    off = {"small": any(g < th.init_gain_low for g in gains), "large": any(g > th.init_gain_high for g in gains)}
+    if scale is not None and not off[scale]:
+        return []
+    if init is None:
+        init = "kaiming" if HE_INIT_TYPES & set(ctx.module_types().values()) else "xavier"
+    return [fix("reinit", text, layer=layer, init=init)]
+
+
+def _init_layer(ctx: Context, root: str | None, module: str | None) -> tuple[str, list[float]] | None:
+    """The type of the weight layer at or before `module` in its model's forward order, and the init_gain of
+    every layer of that type in the model."""
+    for m in ctx.models:
+        order, modules = m.get("order") or [], m.get("modules") or {}
+        if m.get("name") != root or module not in order:
+            continue
+        for name in reversed(order[: order.index(module) + 1]):
+            layer = (modules.get(name) or {}).get("type")
+            if layer in INIT_TYPES:
+                infos = [i for i in modules.values() if isinstance(i, dict) and i.get("type") == layer]
+                gains = [float(i["init_gain"]) for i in infos if isinstance(i.get("init_gain"), (int, float))]
+                return str(layer), gains
+    return None
+
+
+FLOAT16_TINY = 2.0**-24  # float16's smallest positive value: an eps below it is 0 (or that) in float16
+
+
+def adam_eps_advice(ctx: Context) -> tuple[list[str], list[dict[str, Any]]]:
+    """An Adam-family optimizer of float16 parameters (its state is float16 too) with an eps float16 cannot
+    hold: where the second moment is 0 or underflows (a gradient of 0, or below ~1e-3 squared), the update
+    is m / (0 + 0) = NaN or m / tiny = Inf. Tips and the `adam_eps` fix (1e-4, the value used for pure
+    float16 training), or nothing."""
+    for opt in ctx.optimizers:
+        name, dtypes = str(opt.get("type") or ""), opt.get("dtypes") or []
+        eps = [g.get("eps") for g in opt.get("groups") or [] if isinstance(g, dict)]
+        small = [e for e in eps if isinstance(e, (int, float)) and not isinstance(e, bool) and 0 <= e < FLOAT16_TINY]
+        if "adam" in name.lower() and "float16" in dtypes and small:
+            text = (
+                f"{name} with eps={min(small):g} on float16 parameters: float16 cannot hold it (smallest 6e-8), so "
+                f"a weight whose squared gradient underflows gets m / 0 = NaN/Inf at its update; use eps=1e-4, or "
+                f"keep float32 weights and train under torch.autocast with a GradScaler"
+            )
+            return [text], [fix("adam_eps", text, value=1e-4)]
+    return [], []

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import EventType, GradState, Hypothesis, Kind, ModelInfo, StepRecord
 from neuraldbg_cli.families.activations import _blowup_phrase, _blowups
-from neuraldbg_cli.families.advice import lower_lr, lower_lr_fix, postln_warmup, postln_warmup_fix
+from neuraldbg_cli.families.advice import lower_lr, lower_lr_fix, postln_warmup, postln_warmup_fix, reinit_fix
 from neuraldbg_cli.families.base import (
     Board,
     Context,
@@ -394,9 +394,15 @@ def vanishing_gradient(ctx: Context) -> Hypothesis | None:
         fixes.append(fix("activation_swap", tips[-1], to="ReLU"))
     elif any(not ctx.output_side(e.root, e.module) for e in ctx.select(to=["saturated"])):
         tips.append("saturating functional activations (torch.sigmoid/tanh) squash gradients: switch to ReLU/GELU")
-    if any(t in RNN_TYPES for t in types.values()):
+    rnn = any(t in RNN_TYPES for t in types.values())
+    # nothing else to blame (Post-LN, saturating activations, a recurrence, a norm that rescales): from step 0,
+    # the init's scale is what shrinks the gradient layer after layer (reinit_fix)
+    init_alone = not (tips or rnn or _model_has(ctx, is_norm))
+    if rnn:
         tips.append("plain RNN over long sequences: use LSTM/GRU, shorter truncated BPTT, or attention")
     tips.append("initialise with Xavier/He (nn.init.kaiming_normal_ for ReLU, xavier_uniform_ for tanh)")
+    if init_alone:
+        fixes += reinit_fix(ctx, min(evs, key=lambda e: (e.step, ctx.order(e))), tips[-1], scale="small")
     if not _model_has(ctx, is_norm):  # suggestions fit the model that was seen
         tips.append("add normalisation (LayerNorm/BatchNorm) between layers")
     if len(types) >= 8 and not _model_has(ctx, is_residual) and not ctx.norm_placements():  # blocks have skips
@@ -422,6 +428,8 @@ def exploding_gradient(ctx: Context) -> Hypothesis | None:
         "check the initialisation scale (default or Xavier/He, not larger)",
     ]
     fixes = lower_lr_fix(ctx, at) + [fix("clip_grad_norm", tips[-2], max_norm=1.0)]
+    if evs or blow:  # from step 0, before any update: the init's scale (reinit), not the training
+        fixes += reinit_fix(ctx, min(evs or blow, key=lambda e: (e.step, ctx.order(e))), tips[-1], scale="large")
     if not evs:
         if not blow or ctx.select(types=[EventType.optimizer_instability.value], to=["diverging"]):
             return None

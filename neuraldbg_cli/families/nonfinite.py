@@ -5,6 +5,7 @@ event (a data_anomaly for the input and targets); the rule finds where it first 
 from __future__ import annotations
 
 from neuraldbg_cli.events import EventType, Hypothesis, Kind
+from neuraldbg_cli.families.advice import adam_eps_advice
 from neuraldbg_cli.families.base import Context, Family, _hyp
 from neuraldbg_cli.fixspec import fix
 
@@ -39,6 +40,8 @@ def non_finite(ctx: Context) -> Hypothesis | None:
         e.step <= onset for e in ctx.select(types=[EventType.gradient_health_transition.value], to=["exploding"])
     )
     fixes = [fix("clip_grad_norm", tips[-1], max_norm=1.0)] if grew else []
+    eps_tips, eps_fixes = adam_eps_advice(ctx)  # the specific cause first
+    tips, fixes = eps_tips + tips, eps_fixes + fixes
     return _hyp(Kind.non_finite, 0.9, origin, onset, summary, evs, tips, list(dict.fromkeys(chain)), fixes)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from neuraldbg_cli.events import Kind, Report
-from neuraldbg_cli.fixspec import MARKS, spec
+from neuraldbg_cli.fixspec import verdicts
 
 
 def render(report: Report, checked: list[Kind], min_confidence: float) -> str:
@@ -43,10 +43,7 @@ def render(report: Report, checked: list[Kind], min_confidence: float) -> str:
             lines.append(f"   evidence: step {ev['step']} {where}: {ev['from']} -> {ev['to']} ({extra})")
         for s in h.suggestions:
             lines.append(f"   try: {s}")
-        for f in h.fixes:
-            if "verified" in f:
-                detail = f" ({f['verified_detail']})" if f.get("verified_detail") else ""
-                lines.append(f"   fix {spec(f['id'], f['params'])}: {MARKS[f['verified']]}{detail}")
+        lines += [f"   {line}" for _, line in verdicts(h.fixes)]
     if weak:
         lines.append("")
         lines.append("weaker signals: " + ", ".join(f"{h.kind.value} ({h.confidence:.2f})" for h in weak))

@@ -11,6 +11,7 @@ from html import escape
 from typing import Any
 
 from neuraldbg_cli.events import Hypothesis, Report
+from neuraldbg_cli.fixspec import verdicts
 from neuraldbg_cli.renderers.report.grid import LEVELS, SPECIAL_NAMES, Grid
 from neuraldbg_cli.renderers.report.plots import Svg
 
@@ -87,6 +88,9 @@ def _hypothesis(h: Hypothesis, link: Link | None) -> str:
         )
     if h.suggestions:
         parts.append("<p>try:</p><ul>" + "".join(f"<li>{escape(s)}</li>" for s in h.suggestions) + "</ul>")
+    checked = "".join(f"<li class='{status}'>{escape(line)}</li>" for status, line in verdicts(h.fixes))
+    if checked:
+        parts.append(f"<p>checked by <code>neuraldbg verify</code>:</p><ul class='verdicts'>{checked}</ul>")
     if link:
         parts.append(
             f"<p><a class='show' href='#{link.overlay_id}'>show on the plot: {escape(link.section.title)}, "
@@ -146,6 +150,7 @@ header p{margin:.3em 0} nav{margin:.6em 0;font-size:.95em} code{font-size:.95em}
 .hyps{padding-left:1.4em} .hyp{border:1px solid #ddd;border-radius:6px;padding:.5em .9em;margin:.7em 0}
 .hyp h3{margin:.2em 0} .conf{font-weight:normal;color:#555;font-size:.85em} .where{color:#333;margin:.2em 0}
 .hyp:target{border-color:#c00000} details table,table.arch{border-collapse:collapse;font-size:.85em}
+.verdicts .verified{color:#116611} .verdicts .not_verified{color:#b00000} .verdicts .inconclusive{color:#666}
 td,th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}
 .plot{position:relative;width:100%} .plot svg{display:block;width:100%;height:auto}
 .plot svg image{image-rendering:pixelated}
