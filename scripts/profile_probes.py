@@ -25,6 +25,11 @@ PARTS = [
     ("forward hooks (all)", "ForwardObserver", "post_forward"),
     ("  statistics of sampled sites", "ts", "full"),
     ("  non-finite sums", "ts", "cheap"),
+    ("  normalisation layers (sampled)", "ArchReader", "norm"),
+    ("  residual blocks (sampled)", "ArchReader", "block"),
+    ("  attention rows recomputed (sampled)", "attnprobe", "sdpa_values"),
+    ("  attention (sampled)", "ArchReader", "claim_attention"),
+    ("  loss calls (sampled)", "ArchReader", "loss"),
     ("optimizer pre-step hook", "StepPacer", "pre_step"),
     ("  gradient norms", "GradReader", "norms"),
     ("optimizer post-step hook (closes the step)", "StepPacer", "post_step"),
@@ -45,13 +50,15 @@ def child(model: str, every: int, steps: int) -> None:
     from neuraldbg_cli import tensorstats as ts
     from neuraldbg_cli.config import Settings
     from neuraldbg_cli.gradreader import GradReader
+    from neuraldbg_cli import attnprobe
+    from neuraldbg_cli.archreader import ArchReader
     from neuraldbg_cli.observer import ForwardObserver
     from neuraldbg_cli.pacer import StepPacer
     from neuraldbg_cli.probes import Probe
     from neuraldbg_cli.rootfinder import RootFinder
     from neuraldbg_cli.session import Session
 
-    owners = {"ForwardObserver": ForwardObserver, "StepPacer": StepPacer, "GradReader": GradReader, "RootFinder": RootFinder, "ts": ts,
+    owners = {"ForwardObserver": ForwardObserver, "StepPacer": StepPacer, "ArchReader": ArchReader, "attnprobe": attnprobe, "GradReader": GradReader, "RootFinder": RootFinder, "ts": ts,
               "records": records, "monitor.Monitor": monitor.Monitor, "RunWriter": tracewriter.RunWriter}
     acc: collections.Counter = collections.Counter()
 
