@@ -127,3 +127,18 @@ def test_loss_names_cover_what_the_probe_reads():
     assert set(provenance.FLOAT_TARGET_LOSSES) | set(lossprobe.EXTRA_LOSSES) <= set(lossfn.LOSS_NAMES)
     assert set(lossprobe.MODULE_LOSSES.values()) <= set(lossfn.LOSS_NAMES)
     assert {c.__name__ for c in lossprobe.MODULE_LOSSES} == {lossfn.MODULES[n] for n in lossprobe.MODULE_LOSSES.values()}
+
+
+def test_a_summed_class_loss_divided_afterwards_is_no_misuse():
+    """Hugging Face models sum the token losses and divide by the tokens in the batch: the series starts near
+    ln(classes), not 512 x ln(classes). A sum left undivided starts near the latter and stays a cause."""
+    s = stats("cross_entropy", (512, 10), (512,), -3.0, 4.0, 2.5, 10, "sum")
+
+    def diverging(start):
+        return SemanticEvent(type=EventType.optimizer_instability.value, step=5, root="Net", from_="normal",
+                             to="diverging", site="loss", metrics={"start": start})
+
+    _, h = run([{"cross_entropy": s}] * 4, [diverging(2.4)])
+    assert h is None
+    _, h = run([{"cross_entropy": s}] * 4, [diverging(512 * 2.4)])
+    assert h is not None and "reduction='mean'" in h.suggestions[0]

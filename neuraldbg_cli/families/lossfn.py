@@ -219,6 +219,20 @@ def _explain(ev: Event) -> tuple[str, list[str]]:
     ]
 
 
+def _divided_later(ctx: Context, m: dict[str, Any]) -> bool:
+    """A class loss summed over `terms` terms whose loss series starts near one term's scale, ln(classes), not
+    near terms x ln(classes): the script divides the sum afterwards (Hugging Face models sum the token losses
+    and divide by the number of tokens in the batch), so its gradient is the mean's. Judged against the
+    geometric middle of the two, sqrt(terms) x ln(classes)."""
+    classes, terms = int(m.get("classes") or 0), int(m.get("terms") or 0)
+    if classes < 2 or terms < 2:
+        return False
+    starts = [e.metrics.get("start") for e in ctx.select(types=[EventType.optimizer_instability.value])]
+    starts += [e.metrics.get("first_loss") for e in ctx.select(types=[EventType.run_summary.value])]
+    start = next((float(v) for v in starts if isinstance(v, (int, float)) and math.isfinite(v)), None)
+    return start is not None and abs(start) < math.sqrt(terms) * math.log(classes)
+
+
 def loss_misuse(ctx: Context) -> Hypothesis | None:
     evs = ctx.select(types=[EventType.loss_call_health.value], to=MISUSE, sites=[SITE])
     unstable = ctx.select(types=[EventType.optimizer_instability.value], to=UNSTABLE) or ctx.select(
@@ -226,6 +240,7 @@ def loss_misuse(ctx: Context) -> Hypothesis | None:
     )
     if not unstable:  # a summed loss is fine at a suitably small learning rate
         evs = [e for e in evs if e.to != S.sum_reduction.value]
+    evs = [e for e in evs if not (e.to == S.sum_reduction.value and _divided_later(ctx, e.metrics))]
     if not evs:
         return None
     last: dict[float | None, str] = {}  # loss -> its last state
