@@ -43,6 +43,7 @@ class GradReader:
     def __init__(self, sets: ParamSets) -> None:
         self._sets = sets
         self._views = _BitViews([], [])
+        self._samples: dict[int, tuple[tuple[int, int], torch.Tensor]] = {}  # id(weight) -> (data_ptr, numel), view
 
     def norms(self, buf: StepBuffer, ps: ParamSet) -> None:
         """One fused norm over the gradients present that this step has not read yet; a parameter without a
@@ -109,13 +110,17 @@ class GradReader:
         ]
         params = [ps.params[i] for i in keep]
         with torch.no_grad():  # of a sharded parameter, the local shard: the scale in `update` takes it to the whole
-            samples = [ts.sample(ts.local(p).detach().reshape(-1)).to(torch.float32, copy=True) for p in params]
+            views = self._sample_views(params)
+            if all(v.dtype is torch.float32 for v in views):
+                samples = list(torch._foreach_mul(views, 1.0))  # fp32 copies in one call (x * 1.0 is x exactly)
+            else:
+                samples = [v.to(torch.float32, copy=True) for v in views]
         return UpdateBefore(buf, params, tuple(ps.owners[i] for i in keep), samples)
 
     def update(self, before: UpdateBefore) -> None:
         """After the optimizer step: see before_update."""
         with torch.no_grad():
-            after = [ts.sample(ts.local(p).detach().reshape(-1)).float() for p in before.params]
+            after = [v.float() for v in self._sample_views(before.params)]
             keep = [i for i, (a, b) in enumerate(zip(after, before.samples)) if a.shape == b.shape]
             if not keep:
                 return
@@ -133,6 +138,18 @@ class GradReader:
         """Drop the weights' views (a model died: nothing here may keep its memory; a weakref callback calls
         this too, so one plain assignment)."""
         self._views = _BitViews([], [])
+        self._samples = {}
+
+    def _sample_views(self, params: list) -> list[torch.Tensor]:
+        """tensorstats.sample() views of each weight's local part, kept while the weight keeps its storage (an
+        optimizer updates in place; building a view costs several ops per parameter, on every sampled step)."""
+        cache, out = self._samples, []
+        for p in params:
+            found, at = cache.get(id(p)), (p.data_ptr(), p.numel())
+            if found is None or found[0] != at:
+                found = cache[id(p)] = (at, ts.sample(ts.local(p).detach().reshape(-1)))
+            out.append(found[1])
+        return out
 
     def _bit_views(self, params: list) -> list[torch.Tensor | None]:
         """ts.bit_views() of every weight, kept while each weight keeps its storage (building them costs
