@@ -128,6 +128,47 @@ def test_exploding_deep_mlp_clipping_verified_user_files_untouched_no_process_le
     assert _alive_with(marker) == []  # and none is left running
 
 
+def test_ctrl_c_stops_verify_with_the_results_so_far_and_no_process_left(tmp_path):
+    """Ctrl-C during the second trial: the control's result is kept in verify.json (marked interrupted, the fixes
+    not run inconclusive), exit 130, and neither the trial nor what its script spawned is left running."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import cli_env
+
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    for name in ("verify_deep.py", "common.py"):
+        shutil.copy(ASSETS / name, proj / name)
+    run_dir = tmp_path / "run"
+    assert run_cli("run", "-q", "--run-dir", run_dir, "verify_deep.py", cwd=proj).returncode == 0
+    marker = f"verify-marker-{uuid.uuid4().hex}"
+    proc = subprocess.Popen([sys.executable, "-m", "neuraldbg_cli", "verify", str(run_dir), "--timeout", "120"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=cli_env(SPAWN_MARKER=marker))
+    lines = []
+    try:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            lines.append(line)
+            if line.startswith("  [1/"):  # the control finished: the next trial starts now
+                break
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    out = "".join(lines) + out
+    assert proc.returncode == 130, out + err
+    assert "interrupted; verify stops with the results so far" in out and "Traceback" not in err, out + err
+    doc = json.loads((run_dir / "verify.json").read_text())
+    assert doc["interrupted"] is True and len(doc["control"]["runs"]) == 1
+    assert doc["fixes"] and all(f["status"] == "inconclusive" for f in doc["fixes"]), doc["fixes"]
+    time.sleep(0.5)
+    assert _alive_with(marker) == []
+
+
 def test_batchnorm_left_in_eval_mode_bn_train_mode_verified(tmp_path):
     run_dir = tmp_path / "run"
     r = run_cli("run", "-q", "--run-dir", run_dir, ASSETS / "bn_cnn.py", "--mode", "eval_start", cwd=tmp_path)
