@@ -145,16 +145,16 @@ def test_ctrl_c_stops_verify_with_the_results_so_far_and_no_process_left(tmp_pat
     run_dir = tmp_path / "run"
     assert run_cli("run", "-q", "--run-dir", run_dir, "verify_deep.py", cwd=proj).returncode == 0
     marker = f"verify-marker-{uuid.uuid4().hex}"
-    proc = subprocess.Popen([sys.executable, "-m", "neuraldbg_cli", "verify", str(run_dir), "--timeout", "120"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=cli_env(SPAWN_MARKER=marker))
+    cmd = [sys.executable, "-m", "neuraldbg_cli", "verify", str(run_dir), "--timeout", "120", "--fix", "clip_grad_norm"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=cli_env(SPAWN_MARKER=marker, PYTHONUNBUFFERED="1"))  # its lines as they come
     lines = []
     try:
         for line in proc.stdout:  # type: ignore[union-attr]
             lines.append(line)
-            if line.startswith("  [1/"):  # the control finished: the next trial starts now
+            if line.startswith("  [1/"):  # the control finished: the fix's trial starts now (it takes seconds)
                 break
-        time.sleep(1.0)
+        time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
