@@ -111,7 +111,7 @@ class GradReader:
         params = [ps.params[i] for i in keep]
         with torch.no_grad():  # of a sharded parameter, the local shard: the scale in `update` takes it to the whole
             views = self._sample_views(params)
-            if all(v.dtype is torch.float32 for v in views):
+            if views and all(v.dtype is torch.float32 for v in views):
                 samples = list(torch._foreach_mul(views, 1.0))  # fp32 copies in one call (x * 1.0 is x exactly)
             else:
                 samples = [v.to(torch.float32, copy=True) for v in views]
