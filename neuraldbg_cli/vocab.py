@@ -34,19 +34,14 @@ RELU_TYPES = frozenset({"ReLU", "ReLU6", "Threshold", "RReLU"})
 SAT01_TYPES = frozenset({"Sigmoid", "Hardsigmoid", "LogSigmoid", "Tanhshrink"})
 SAT11_TYPES = frozenset({"Tanh", "Hardtanh", "Softsign", "LogSigmoid", "Tanhshrink"})
 SATURATING_TYPES = SAT01_TYPES | SAT11_TYPES
+# unbounded smooth (or leaky) activations: He (Kaiming) init is made for them, as for ReLU
+SMOOTH_TYPES = frozenset({"LeakyReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Hardswish"})
 # modules whose output is finite whenever their input is
 FINITE_PRESERVING_TYPES = (
     RELU_TYPES
     | SATURATING_TYPES
+    | SMOOTH_TYPES
     | {
-        "LeakyReLU",
-        "ELU",
-        "SELU",
-        "CELU",
-        "GELU",
-        "SiLU",
-        "Mish",
-        "Hardswish",
         "Softplus",
         "Softshrink",
         "Hardshrink",
@@ -72,23 +67,7 @@ FINITE_PRESERVING_TYPES = (
     }
 )
 # activation functions (torch.nn's), for the model's description
-ACTIVATION_TYPES = (
-    SATURATING_TYPES
-    | RELU_TYPES
-    | {
-        "LeakyReLU",
-        "PReLU",
-        "ELU",
-        "SELU",
-        "CELU",
-        "GELU",
-        "SiLU",
-        "Mish",
-        "Hardswish",
-        "Softplus",
-        "GLU",
-    }
-)
+ACTIVATION_TYPES = SATURATING_TYPES | RELU_TYPES | SMOOTH_TYPES | {"PReLU", "Softplus", "GLU"}
 # lookup tables: their weight is a table of rows, not a matrix that multiplies (no gradient-depth analysis),
 # and their gradient can be sparse
 EMBEDDING_TYPES = frozenset({"Embedding", "EmbeddingBag"})
@@ -97,7 +76,7 @@ RNN_TYPES = frozenset({"RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell"})
 INIT_TYPES = frozenset({"Linear", *(f"{base}{d}d" for base in ("Conv", "ConvTranspose") for d in (1, 2, 3))})
 # unbounded activations He (Kaiming) init is made for; a model without them (tanh/sigmoid, or activations called
 # as functions, which its modules do not show) is offered Glorot (Xavier), the smaller of the two
-HE_INIT_TYPES = RELU_TYPES | {"LeakyReLU", "PReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Hardswish"}
+HE_INIT_TYPES = RELU_TYPES | SMOOTH_TYPES | {"PReLU"}
 # modules that carry their own normalisation and residual connections (torch.nn's transformer blocks)
 RESIDUAL_NORM_BLOCKS = frozenset(
     {"TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder", "Transformer"}
