@@ -4,6 +4,7 @@ begins and ends. A GradScaler's scaled loss is kept unscaled, as scale() receive
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,7 @@ class BackwardWatch:
                 scaled = False
                 try:
                     scaled = watch._record_loss(tensors)
+                    watch._settle(tensors)
                 except Exception as e:  # noqa: BLE001
                     watch._guard.fault("backward", e)
                 result = original(tensors, *args, **kwargs)
@@ -63,13 +65,19 @@ class BackwardWatch:
 
         return scale
 
+    def _settle(self, tensors: Any) -> None:
+        """The outputs held unchecked since their forward pass (StepBuffer.watch) are cleared by a finite loss;
+        anything else (a non-finite loss, a backward from a non-scalar) checks them."""
+        buf = self._steps.buf
+        if buf.held:
+            t = _loss_tensor(tensors)
+            buf.settle(t is not None and t.is_cpu and math.isfinite(t.item()))
+
     def _record_loss(self, tensors: Any) -> bool:
         """Keep the loss of this backward pass; True when it is a GradScaler-scaled loss, whose unscaled value
         scale() already kept."""
-        t = tensors if isinstance(tensors, torch.Tensor) else None
-        if t is None and isinstance(tensors, (tuple, list)) and len(tensors) == 1:
-            t = tensors[0] if isinstance(tensors[0], torch.Tensor) else None
-        if t is None or t.numel() != 1 or not t.is_floating_point():
+        t = _loss_tensor(tensors)
+        if t is None:
             return False
         if id(t) in self._scaled:
             self._scaled.discard(id(t))
@@ -77,3 +85,13 @@ class BackwardWatch:
         if self._clock.take_loss():
             self._steps.buf.add_loss(t.detach().float().reshape(()))
         return False
+
+
+def _loss_tensor(tensors: Any) -> torch.Tensor | None:
+    """The one-element float tensor a backward pass starts from (its loss), else None."""
+    t = tensors if isinstance(tensors, torch.Tensor) else None
+    if t is None and isinstance(tensors, (tuple, list)) and len(tensors) == 1:
+        t = tensors[0] if isinstance(tensors[0], torch.Tensor) else None
+    if t is None or t.numel() != 1 or not t.is_floating_point():
+        return None
+    return t

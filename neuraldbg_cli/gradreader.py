@@ -32,6 +32,18 @@ class UpdateBefore(NamedTuple):
     samples: list[torch.Tensor]  # fp32 copies of an even sample of each parameter
 
 
+_STRIDED = torch.strided
+
+
+class _Plan(NamedTuple):
+    """See GradReader._plan."""
+
+    ps: ParamSet
+    sparse: frozenset[int]
+    sharded: bool  # some parameter is a DTensor: read through its local shard (the general way)
+    big: tuple[int, ...]  # parameters whose gradient is read off a sample between samples
+
+
 class _BitViews(NamedTuple):
     ptrs: list[int]  # data_ptr() of each weight when its views were made
     views: list[torch.Tensor | None]
@@ -44,14 +56,33 @@ class GradReader:
         self._sets = sets
         self._views = _BitViews([], [])
         self._samples: dict[int, tuple[tuple[int, int], torch.Tensor]] = {}  # id(weight) -> (data_ptr, numel), view
+        self._plans: dict[int, _Plan] = {}  # id(ParamSet) -> its plan (the plan holds the set: the id stays its)
 
     def norms(self, buf: StepBuffer, ps: ParamSet) -> None:
         """One fused norm over the gradients present that this step has not read yet; a parameter without a
         .grad (or with a sparse one) is simply absent. Between samples a big dense gradient's RMS is read off
-        an even sample of it (tensorstats.sample), scaled to the whole tensor."""
+        an even sample of it (tensorstats.sample), scaled to the whole tensor. Runs every step: the usual case
+        (every gradient there, none read yet, nothing sharded) takes the short way, with what depends only on
+        the parameters (which are big, whether any is sharded) worked out once per parameter set."""
         params, owners = ps.params, ps.owners
         grads: list = [p.grad for p in params]
-        if not buf.covered.isdisjoint(ps.ids) or any(g is None or g.layout != torch.strided for g in grads):
+        dense = all(g is not None and g.layout is _STRIDED for g in grads)
+        if dense and grads and buf.covered.isdisjoint(ps.ids):
+            plan = self._plan(ps)
+            if not plan.sharded:
+                buf.covered.update(ps.ids)
+                scale = None
+                if plan.big and not buf.sampled:
+                    grads, scale = list(grads), [1.0] * len(grads)
+                    for i in plan.big:
+                        if grads[i].is_contiguous():
+                            part = ts.sample(grads[i].view(-1))
+                            scale[i] = math.sqrt(grads[i].numel() / part.numel())
+                            grads[i] = part
+                with torch.no_grad():
+                    buf.add("grad", owners, ts.norm_vector(grads), scale)
+                return
+        if not buf.covered.isdisjoint(ps.ids) or not dense:
             keep = [
                 i
                 for i, (p, g) in enumerate(zip(params, grads))
@@ -78,6 +109,18 @@ class GradReader:
         with torch.no_grad():
             norms = ts.norms(grads)
         buf.extend("grad", owners, list(norms), scale)
+
+    def _plan(self, ps: ParamSet) -> _Plan:
+        """What `norms` needs to know of a parameter set beyond its gradients, kept while the set and the
+        sparse parameters are the same objects (ParamSets rebuilds both when the models change)."""
+        sparse = self._sets.sparse()
+        plan = self._plans.get(id(ps))
+        if plan is None or plan.ps is not ps or plan.sparse is not sparse:
+            if len(self._plans) > 64:
+                self._plans.clear()
+            big = tuple(i for i, p in enumerate(ps.params) if p.numel() > SAMPLE_GRADS_OVER and id(p) not in sparse)
+            plan = self._plans[id(ps)] = _Plan(ps, sparse, any(map(ts.is_sharded, ps.params)), big)
+        return plan
 
     def step_stats(self, buf: StepBuffer) -> None:
         """At the end of a step: the gradients no optimizer step read (parameters in no optimizer, a
@@ -139,6 +182,7 @@ class GradReader:
         this too, so one plain assignment)."""
         self._views = _BitViews([], [])
         self._samples = {}
+        self._plans = {}
 
     def _sample_views(self, params: list) -> list[torch.Tensor]:
         """tensorstats.sample() views of each weight's local part, kept while the weight keeps its storage (an

@@ -217,6 +217,8 @@ class ForwardObserver:
         if found is None:
             return
         self._begin()
+        if self._steps.buf.held:  # the last forward's outputs saw no loss (two forwards, one loss; a skipped NaN)
+            self._steps.buf.settle(False)
         st.root, st.layer, st.out = found.root, None, None
         self._steps.buf.active.add(found.root.name)
         if found.whole:
@@ -254,7 +256,7 @@ class ForwardObserver:
         if steps.buf.sampled and self._sites.canonical(key, steps.step):
             self._add_once(key, x, EXACT)
         else:
-            steps.buf.check(key, ts.cheap(x))
+            steps.buf.watch(key, x)
 
     # ---- layers ----
 
@@ -283,7 +285,7 @@ class ForwardObserver:
                 axis = ts.unit_axis_flags(getattr(root.modules.get(layer), "type", None)) if act and layer else 0
                 self._add_once(key, t, flags | axis)
             elif kind == OTHER or prev_out is None or first_float(args) is not prev_out:
-                buf.check(key, ts.cheap(t))  # no statistics of its own, but a NaN made here is seen here
+                buf.watch(key, t)  # no statistics of its own, but a NaN made here is seen here
             # else: finite-preserving and fed the output just checked, so no NaN can start here. Also a
             # normalisation layer: its weights turn NaN through a gradient (checked every step) or a broken
             # optimizer update, which then shows at the next layer's check
@@ -304,7 +306,7 @@ class ForwardObserver:
             self._arch.block(root, name, module, args, output)
         t = first_float(output)
         if t is not None and t is not st.out and t.numel() > 0:  # a Sequential just passes its last output
-            self._steps.buf.check((root.name, name, "output"), ts.cheap(t))
+            self._steps.buf.watch((root.name, name, "output"), t)
         if name not in root._ordered:
             root._ordered.add(name)
             root.order.append(name)
@@ -317,4 +319,4 @@ class ForwardObserver:
             values, lay = ts.full(x, flags)
             buf.extend("full", key, values, lay)
         else:
-            buf.check(key, ts.cheap(x))
+            buf.watch(key, x)

@@ -203,6 +203,7 @@ class StepPacer:
     def finish(self) -> None:
         """The run ends: close the step under way, unless it is an idle tail (see _idle_tail)."""
         buf = self._steps.buf
+        buf.settle(False)
         if (buf.parts or buf.checks or buf.losses or buf.pending is not None) and not self._idle_tail(buf):
             self._finalize()
 
@@ -217,6 +218,8 @@ class StepPacer:
         optimizer step took (a backward-counted step) go to the last pacing optimizer's series."""
         buf, off = self._steps.buf, self._guard.off
         buf.time = time.perf_counter()
+        if buf.held:  # outputs of a forward pass no backward pass followed (an evaluation with gradients on)
+            buf.settle(False)
         buf.assign_loss(self._series)
         if buf.sampled and "rescan" not in off:  # parameters unfrozen since: a sampled step is often enough
             try:

@@ -24,6 +24,9 @@ from neuraldbg_cli.guard import Guard
 # several dozen forwards of a large model; each is a 0-d device tensor (about 1 KB with its allocation), so
 # the cap bounds a step that never closes to a few MB (20k forwards without a step: +105 MB unbounded)
 MAX_CHECKS = 8192
+# Elements of CPU outputs a step holds unchecked until the loss of their forward is known (StepBuffer.watch):
+# 16 MB of float32, so holding them never costs more memory than that; beyond it they are checked at once
+HOLD_LIMIT = 1 << 22
 
 
 class Slot(NamedTuple):
@@ -55,6 +58,8 @@ class StepBuffer:
         "active",
         "norm_train",
         "stepped",
+        "held",
+        "_held_n",
         "_check_at",
     )
 
@@ -75,6 +80,32 @@ class StepBuffer:
         self.scaled = False  # a GradScaler-scaled backward happened in this step
         self.stepped: list[tuple] = []  # the owners (root, module) of each optimizer stepped in this step
         self.norm_train: dict[tuple, int] = {}  # norm layers (root, module) -> their training-mode calls this step
+        self.held: list[tuple[tuple, torch.Tensor]] = []  # CPU outputs awaiting their loss (see watch)
+        self._held_n = 0
+
+    def watch(self, key: tuple, t: torch.Tensor) -> None:
+        """A NaN/Inf made at `key` must be seen and named. Off the CPU the check is one reduction queued on the
+        device (no wait). On the CPU that reduction is a pass over memory the step pays in full, so the output
+        is held instead, and checked only when the loss of its forward pass is not finite (`settle`): a
+        non-finite activation reaches the loss, so a finite loss clears them all at the cost of one read. The
+        held tensors are checked as they are then (an in-place op after the hook, a ReLU(inplace=True), ran on
+        them: it keeps NaN/Inf), at most HOLD_LIMIT elements are held, and what no loss settles is checked when
+        the next forward pass begins or the step closes (`settle(False)`)."""
+        if not t.is_cpu:
+            self.check(key, ts.cheap(t))
+            return
+        self.held.append((key, t))
+        self._held_n += t.numel()
+        if self._held_n > HOLD_LIMIT:
+            self.settle(False)
+
+    def settle(self, finite: bool) -> None:
+        """The loss of the held outputs' forward pass is known: finite drops them unchecked, else each is checked
+        (so the first module that made a NaN/Inf is named, as if checked at its call)."""
+        held, self.held, self._held_n = self.held, [], 0
+        if not finite:
+            for key, t in held:
+                self.check(key, ts.cheap(t))
 
     def check(self, key: tuple, t: torch.Tensor) -> None:
         """A cheap non-finite check. Past MAX_CHECKS (forwards without a step closing: grad-enabled evaluation,
@@ -110,9 +141,10 @@ class StepBuffer:
         if main:
             self.main = series
 
-    def add(self, what: str, key: Any, t: torch.Tensor) -> None:
+    def add(self, what: str, key: Any, t: torch.Tensor, extra: Any = None) -> None:
+        """A 0-d tensor, or a 1-d one holding several values (one per key entry)."""
         self.parts.append(t)
-        self.layout.append(Slot(what, key, t.numel(), None))
+        self.layout.append(Slot(what, key, t.numel(), extra))
 
     def extend(self, what: str, key: Any, values: list[torch.Tensor], extra: Any = None) -> None:
         """Several 0-d tensors as one entry (no per-entry stack: the transfer stacks everything once)."""

@@ -107,6 +107,21 @@ def norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     return out
 
 
+def norm_vector(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """`norms` as one 1-d tensor: a step's buffer then holds one part for a set of parameters, not one per
+    tensor (each part costs the transfer and the host side a few calls). On the CPU the float32 norms are
+    checked for an overflow with one sum; only then are they recomputed one by one (see `norms`)."""
+    kind = tensors[0].device.type
+    real = all(t.dtype in _FLOATS for t in tensors)
+    if kind in WIDE and real:
+        return torch.stack(torch._foreach_norm(tensors, 2, dtype=torch.float64))
+    if kind == "cpu":
+        vec = torch.stack(torch._foreach_norm(tensors))
+        if not vec.is_floating_point() or not math.isinf(vec.sum().item()):
+            return vec
+    return torch.stack([_wide(n) for n in norms(tensors)])
+
+
 def _sum_and_squares(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Sum and sum of squares of a float32 vector, overflow-safe as `norms`."""
     if flat.device.type in WIDE:
@@ -304,7 +319,7 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
 def host_values(tensors: list[torch.Tensor]) -> list[float]:
     """All values home in one copy (per device): the 0-d parts stacked, the occasional 1-d part (a
     vector of checksums) appended; any dtype comes back as a float, in the parts' order."""
-    vectors = [t.reshape(-1).float() for t in tensors if t.dim()]
+    vectors = [_wide(t.reshape(-1)) for t in tensors if t.dim()]
     if not vectors:
         return _scalars_home(tensors)
     scalars = [t for t in tensors if not t.dim()]
