@@ -41,7 +41,7 @@ Configurations measured (rows of the table):
   device session fewer rounds.
 
 Order: neuraldbg's rows (plain, neuraldbg, --every 1 in each variant) come first, then the peers, and the
-list is rotated by one every round. Budget: --budget-s bounds the whole run. A round starts only if the previous round's durations say it fits;
+list is rotated by one every round. Budget: --budget-s bounds the whole run. A round starts only if the previous round's durations (plus 15%) say it fits;
 each child gets at most the time left (and --run-timeout-s); a configuration that fails or times out is
 reported and dropped from later rounds. Results are printed as each run ends and the JSON (--json, with the
 markdown table and every raw result) is rewritten after every run, so a run that is cut off leaves numbers.
@@ -318,7 +318,7 @@ class Bench:
         with tempfile.TemporaryDirectory(prefix="ndbg-bench-gpu-") as tmp:
             for r in range(self.args.rounds):
                 if r:
-                    need = sum(last.get(p, 0.0) for p in active)
+                    need = 1.15 * sum(last.get(p, 0.0) for p in active)  # a margin: a cut round pairs badly
                     left = self.deadline - time.perf_counter()
                     if need > left:
                         self.stopped = (f"budget: {r} round(s) done; another needs ~{need:.0f} s, {left:.0f} s left")
@@ -327,7 +327,7 @@ class Bench:
                 for mode, variant in order:
                     left = self.deadline - time.perf_counter()
                     shortest = min((x["duration_s"] for x in self.runs if x["ok"]), default=3.0)
-                    if left < max(3.0, 0.8 * shortest):  # too little left for any run: stop, do not start one
+                    if left < max(3.0, 0.8 * shortest, last.get((mode, variant), 0.0)):  # would be cut: not begun
                         self.stopped = f"budget spent in round {r}"
                         break
                     self.one(r, mode, variant, env, Path(tmp), min(self.args.run_timeout_s, left), active, last)
