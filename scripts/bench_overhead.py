@@ -25,10 +25,12 @@ import argparse
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -50,13 +52,29 @@ def command(mode: str, model: str, args: argparse.Namespace, run_dir: Path) -> l
     return [sys.executable, *train, "--peer", peer, "--log-freq", str(args.log_freq)]
 
 
-def run_once(cmd: list[str], env: dict[str, str], cwd: Path) -> dict:
-    """Run one child; its JSON result plus wall time and its own peak RSS (MiB)."""
+def run_once(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float | None = None) -> dict:
+    """Run one child; its JSON result plus wall time and its own peak RSS (MiB). With a timeout (seconds) the
+    child runs in its own session and the whole session is killed when the time is up (SystemExit then)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=cwd)
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=timeout is not None)
+        timer, fired = None, threading.Event()
+        if timeout is not None:
+            timer = threading.Timer(timeout, lambda: (fired.set(), _kill_session(proc.pid)))
+            timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:  # Ctrl-C or SIGTERM here: the child (in its own session) must not outlive us
+            if timeout is not None:
+                _kill_session(proc.pid)
+                os.wait4(proc.pid, 0)
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
         wall = time.perf_counter() - t0
+        if fired.is_set():
+            raise SystemExit(f"timed out after {timeout:.0f} s: {' '.join(cmd)}")
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
@@ -66,6 +84,13 @@ def run_once(cmd: list[str], env: dict[str, str], cwd: Path) -> dict:
     result = json.loads(stdout.strip().splitlines()[-1])
     result.update(wall_s=wall, rss_mib=usage.ru_maxrss / 1024, stderr=stderr[-2000:])
     return result
+
+
+def _kill_session(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def wandb_available() -> bool:

@@ -12,6 +12,14 @@ would write them):
     naive    per-module forward hooks computing mean/std/zero-frac/absmax with .item() each, plus
              per-parameter gradient hooks computing the grad norm with .item() (the original NeuralDBG design)
 
+Options for the GPU benchmark (scripts/bench_gpu.py; the defaults leave the script as it was):
+
+    --gpt-size gpu       the gpt model at GPT-2-small shape (12 layers, d 768, context 1024, vocab 50304,
+                         batches of 8 x 1024 tokens) instead of the small CPU one
+    --compile MODE       torch.compile(model) (MODE default) or torch.compile(model, mode=MODE)
+                         (reduce-overhead: CUDA graphs), after the peer is set up on the model
+    --amp bf16           forward and loss under torch.autocast(bfloat16)
+
 Timing: `--warmup` steps are run first, then `--steps` steps are timed in chunks of `--chunk` consecutive
 steps (each chunk's mean step time; a chunk of 10 contains exactly one of neuraldbg's default sampled
 steps, so the sampled steps' cost is counted, not hidden by a median). The last stdout line is a JSON
@@ -125,8 +133,15 @@ class GPT(nn.Module):
         return self.head(self.ln(x))
 
 
-def setup(name, device):
-    """(model, optimizer, batches, loss function) for one benchmark model; data made once, on device."""
+GPT_SIZES = {  # (GPT kwargs, batch size, sequence length)
+    "small": (dict(vocab=2000, d=128, layers=4, heads=4, ctx=128), 4, 64),
+    "gpu": (dict(vocab=50304, d=768, layers=12, heads=12, ctx=1024), 8, 1024),
+}
+
+
+def setup(name, device, gpt_size="small"):
+    """(model, optimizer, batches, loss function) for one benchmark model; data made once, on device.
+    gpt_size="gpu" (gpt only): GPT-2-small shape with batches of 8 x 1024 tokens, for a GPU."""
     g = torch.Generator().manual_seed(1)
     if name == "tiny":  # for the scale benchmark: as small as a model gets
         model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
@@ -155,9 +170,10 @@ def setup(name, device):
         batches = [(s[:, :-1], s[:, 1:]) for s in seqs]
         loss = lambda out, y: F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))  # noqa: E731
     elif name == "gpt":
-        model = GPT()
+        kwargs, batch, seq = GPT_SIZES[gpt_size]
+        model = GPT(**kwargs)
         opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
-        seqs = [torch.randint(0, 2000, (4, 65), generator=g) for _ in range(8)]
+        seqs = [torch.randint(0, kwargs["vocab"], (batch, seq + 1), generator=g) for _ in range(8)]
         batches = [(s[:, :-1], s[:, 1:]) for s in seqs]
         loss = lambda out, y: F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))  # noqa: E731
     else:
@@ -246,6 +262,17 @@ def params_sha(model):
     return h.hexdigest()[:16]
 
 
+def compile_counters():
+    """What torch.compile did: graphs compiled, graph breaks, CUDA-graph skips (torch._dynamo's counters)."""
+    try:
+        from torch._dynamo.utils import counters
+    except Exception:  # noqa: BLE001
+        return {}
+    return {"graphs": counters["stats"].get("unique_graphs", 0),
+            "graph_breaks": sum(counters["graph_break"].values()),
+            "cudagraph_skips": sum(v for k, v in counters["inductor"].items() if "cudagraph_skip" in k)}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="mlp", choices=["mlp", "cnn", "transformer", "lstm", "gpt", "tiny"])
@@ -256,11 +283,15 @@ def main():
     ap.add_argument("--peer", default="none", choices=["none", "anomaly", "wandb", "naive"])
     ap.add_argument("--log-freq", type=int, default=10)
     ap.add_argument("--rss-every", type=int, default=0, help="record the current RSS every N steps (scale benchmark)")
+    ap.add_argument("--gpt-size", default="small", choices=sorted(GPT_SIZES), help="gpt model size (gpu: GPT-2 small)")
+    ap.add_argument("--compile", default="none", choices=["none", "default", "reduce-overhead", "max-autotune"],
+                    help="torch.compile(model) with this mode (reduce-overhead uses CUDA graphs)")
+    ap.add_argument("--amp", default="none", choices=["none", "bf16"], help="forward and loss under autocast")
     args = ap.parse_args()
 
     torch.manual_seed(0)
     device = torch.device(args.device)
-    model, opt, batches, loss_fn = setup(args.model, device)
+    model, opt, batches, loss_fn = setup(args.model, device, args.gpt_size)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     peer_log, emulated = None, False
     if args.peer == "anomaly":
@@ -269,11 +300,15 @@ def main():
         naive_hooks(model)
     elif args.peer == "wandb":
         peer_log, emulated = watch_wandb(model, args.log_freq)
+    if args.compile != "none":  # the optimizer holds the same parameters; peers' hooks are on the modules inside
+        model = torch.compile(model, **({} if args.compile == "default" else {"mode": args.compile}))
+    amp = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.amp == "bf16")
 
     def step(i):
         x, y = batches[i % len(batches)]
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        with amp:
+            loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
         if peer_log is not None:
@@ -300,11 +335,18 @@ def main():
     loss = step(i).item()
     if peer_log is not None:
         peer_log.finish()
+    extra = {}
+    if args.gpt_size != "small" or args.compile != "none" or args.amp != "none":
+        extra.update(gpt_size=args.gpt_size, compile=args.compile, amp=args.amp)
+    if device.type == "cuda":
+        extra["cuda_peak_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+    if args.compile != "none":
+        extra.update(compile_counters())
     print(json.dumps({"model": args.model, "peer": args.peer, "wandb_emulated": emulated,
                       "step_ms": statistics.median(chunks), "chunks_ms": [round(c, 3) for c in chunks],
                       "cpu_ms": statistics.median(cpu_chunks),
                       "loss": loss if math.isfinite(loss) else None, "params_sha": params_sha(model),
-                      "steps": i + 1, "rss_kb": rss}))
+                      "steps": i + 1, "rss_kb": rss, **extra}))
     sys.stdout.flush()
 
 
