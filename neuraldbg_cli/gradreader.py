@@ -133,9 +133,9 @@ class GradReader:
         if buf.sampled and ps.params:
             parts, shard_scale = ts.local_parts(ps.params)
             with torch.no_grad():
-                norms = ts.norms(parts)
+                norms = ts.norm_vector(parts)
                 sums = ts.checksums(self._bit_views(ps.params))
-            buf.extend("weight", ps.owners, list(norms), shard_scale)
+            buf.add("weight", ps.owners, norms, shard_scale)
             if isinstance(sums, torch.Tensor):
                 buf.add("checksum", ps.owners, sums)
             else:
@@ -168,12 +168,12 @@ class GradReader:
             if not keep:
                 return
             diffs = torch._foreach_sub([after[i] for i in keep], [before.samples[i] for i in keep])
-            norms = ts.norms(list(diffs))
+            norms = ts.norm_vector(list(diffs))
         scale = [math.sqrt(before.params[i].numel() / before.samples[i].numel()) for i in keep]
-        before.buf.extend(
+        before.buf.add(
             "update",
             tuple(before.owners[i] for i in keep),
-            list(norms),
+            norms,
             scale if any(f != 1.0 for f in scale) else None,
         )
 

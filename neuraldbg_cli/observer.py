@@ -176,8 +176,8 @@ class ForwardObserver:
         """F.scaled_dot_product_attention ("sdpa") or F.multi_head_attention_forward ("mha") called inside a
         trained root's forward. On sampled steps its first call in a module is recomputed for a few rows
         (attnprobe) and attributed to the module it was called in, when that module's forward ends."""
-        if not self._steps.buf.sampled or compiling() or not self.losses_on:
-            return
+        if compiling() or not self.losses_on or not self._steps.buf.sampled:
+            return  # (torch.compile first: a flag read while tracing becomes a guard, and a recompile when it flips)
         off = self._off
         if "forward" in off or "attention" in off:
             return

@@ -1,5 +1,6 @@
 """Bug: neuraldbg's global hooks were traced into torch.compile'd graphs (2 graph breaks, 9 graphs instead
-of 2, a recompile every step, internal errors). Now the hooks do nothing while dynamo traces."""
+of 2, a recompile every step, internal errors). Now the hooks do nothing while dynamo traces. The attention
+wrapper read the sampled-step flag before asking whether dynamo traces: a recompile when the flag flipped."""
 import json
 
 
