@@ -316,9 +316,23 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype is torch.float64 else t.float()
 
 
+FEW_PARTS = 8
+
+
 def host_values(tensors: list[torch.Tensor]) -> list[float]:
     """All values home in one copy (per device): the 0-d parts stacked, the occasional 1-d part (a
-    vector of checksums) appended; any dtype comes back as a float, in the parts' order."""
+    vector of checksums) appended; any dtype comes back as a float, in the parts' order. A few parts on the
+    CPU (an unsampled step: its losses and one vector of gradient norms) are read one by one: there is no
+    device to wait for, and stacking them costs more than reading them."""
+    if len(tensors) <= FEW_PARTS and all(t.is_cpu for t in tensors):
+        out: list[float] = []
+        for t in tensors:
+            t = _wide(t)
+            if t.dim():
+                out.extend(t.reshape(-1).tolist())
+            else:
+                out.append(t.item())
+        return out
     vectors = [_wide(t.reshape(-1)) for t in tensors if t.dim()]
     if not vectors:
         return _scalars_home(tensors)
