@@ -173,3 +173,75 @@ def test_cpu_steps_are_read_as_they_end():
             assert len(rec.records) == i + 1 and not rec.probe.outbox.pending
     assert [r.sampled for r in rec.records[10:22]] == [True] + [False] * 9 + [True, False]
     assert all(len(r.grads) == 2 and r.loss is not None for r in rec.records)
+
+
+# ---- the CPU's held non-finite checks (StepBuffer.watch): outputs checked only when their loss is not finite ----
+
+
+class _Blowup(nn.Module):
+    """A middle layer that makes Inf on the steps listed in `at` (its own code, not its Linear's)."""
+
+    def __init__(self, at):
+        super().__init__()
+        self.lin, self.at, self.calls = nn.Linear(4, 4), set(at), 0
+
+    def forward(self, x):
+        self.calls += 1
+        y = self.lin(x)
+        return y / 0 if self.calls - 1 in self.at else y
+
+
+def _nonfinite_sites(rec, step):
+    acts = next(r for r in rec.records if r.step == step).acts
+    bad = lambda v: v.nonfinite > 0 if isinstance(v, ActStats) else not torch.isfinite(torch.tensor(v))  # noqa: E731
+    return [k[1] for k, v in acts.items() if bad(v)]
+
+
+def test_nan_between_samples_is_named_at_the_layer_that_made_it():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), _Blowup(at=[14]), nn.Linear(4, 1))
+    with Recorder(every=100) as rec:  # steps 10.. are not sampled
+        _train(model, torch.randn(8, 4), torch.randn(8, 1), steps=16)
+    assert not any(_nonfinite_sites(rec, s) for s in range(14))
+    sites = _nonfinite_sites(rec, 14)
+    assert sites and sites[0] == "1" and "0" not in sites and "1.lin" not in sites  # the first one: the block
+
+
+def test_finite_losses_check_no_output_and_a_skipped_nan_loss_is_still_seen(monkeypatch):
+    from neuraldbg_cli import tensorstats as ts
+
+    calls = []
+    cheap = ts.cheap
+    monkeypatch.setattr(ts, "cheap", lambda x: calls.append(1) or cheap(x))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), _Blowup(at=[12]), nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    with Recorder(every=100) as rec:
+        for i in range(16):
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            if i == 10:
+                calls.clear()
+            if not torch.isfinite(loss):  # the script skips a NaN batch: no backward, no step
+                continue
+            loss.backward()
+            opt.step()
+    # only the skipped forward's six checks (input, target, 0, 1.lin, 1, 2) were reduced, when the next forward
+    # began; the five steps with a finite loss reduced none (30 reductions before)
+    assert len(calls) == 6
+    assert any("1" in _nonfinite_sites(rec, r.step) for r in rec.records if r.step >= 10)
+
+
+def test_an_evaluation_with_gradients_on_is_checked_when_the_step_closes():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), _Blowup(at=[14]), nn.Linear(4, 1))
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with Recorder(every=100) as rec:
+        for i in range(14):
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        model(x)  # a last forward with gradients on and no backward (call 14 makes Inf)
+    assert "1" in _nonfinite_sites(rec, rec.records[-1].step)
