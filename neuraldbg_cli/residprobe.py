@@ -15,6 +15,7 @@ Post-LN block's output is not input + branch, so only its placement is recorded.
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any, NamedTuple
 
 import torch
@@ -91,6 +92,18 @@ def skip_of(out: torch.Tensor, x: torch.Tensor, type_name: str) -> tuple[str, st
     return None
 
 
+_NORMED: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
+
+
+def _has_norm(module: torch.nn.Module) -> bool:
+    """A normalisation layer among the block's descendants (a Pre-LN branch). Read once per block: walking
+    module.modules() each sampled step cost more than the block's three norms."""
+    found = _NORMED.get(module)
+    if found is None:
+        found = _NORMED[module] = any(is_norm(type(m).__name__) for m in module.modules() if m is not module)
+    return found
+
+
 def values(
     module: torch.nn.Module, x: torch.Tensor | None, out: torch.Tensor | None
 ) -> tuple[list[torch.Tensor], ResidLayout] | None:
@@ -110,7 +123,7 @@ def values(
     elif how == "post":
         norm = "post"
     else:
-        norm = "pre" if any(is_norm(type(m).__name__) for m in module.modules() if m is not module) else "none"
+        norm = "pre" if _has_norm(module) else "none"
     if how == "post":
         return [], ResidLayout(tname, norm, where, False)
     with torch.no_grad():
@@ -119,5 +132,5 @@ def values(
         # RMS through the project's overflow-safe norms (a growing stream is what is looked for: it must not
         # read as inf while its values are finite), one fused call for the three
         per = 1.0 / math.sqrt(max(1, xf.numel()))
-        vals = [n * per for n in ts.norms([xf.reshape(-1), (of - xf).reshape(-1), of.reshape(-1)])]
+        vals = list(torch._foreach_mul(ts.norms([xf.reshape(-1), (of - xf).reshape(-1), of.reshape(-1)]), per))
     return vals, ResidLayout(tname, norm, where, True)

@@ -227,17 +227,23 @@ def act_stats(v: list[float], lay: Layout) -> ActStats:
 
 
 _SCRATCH: list[torch.Tensor] = []
+_VIEWS: dict[torch.Size, torch.Tensor] = {}  # shape -> a view of the kept buffer
 
 
 def _scratch(part: torch.Tensor) -> torch.Tensor:
     """A float32 tensor shaped like `part` for the 0/1 counts. On CPU one is kept and reused (fresh memory
-    is page-faulted in each time); elsewhere the caching allocator already reuses memory."""
-    n = part.numel()
-    if not part.is_cpu or n > SCRATCH_KEEP:
+    is page-faulted in each time), with its view per shape; elsewhere the caching allocator already reuses
+    memory."""
+    if not part.is_cpu or part.numel() > SCRATCH_KEEP:
         return torch.empty(part.shape, dtype=torch.float32, device=part.device)
-    if not _SCRATCH:
-        _SCRATCH.append(torch.empty(SCRATCH_KEEP, dtype=torch.float32))
-    return _SCRATCH[0][:n].view(part.shape)
+    view = _VIEWS.get(part.shape)
+    if view is None:
+        if not _SCRATCH:
+            _SCRATCH.append(torch.empty(SCRATCH_KEEP, dtype=torch.float32))
+        if len(_VIEWS) > 64:
+            _VIEWS.clear()
+        view = _VIEWS[part.shape] = _SCRATCH[0][: part.numel()].view(part.shape)
+    return view
 
 
 _ONES: dict[torch.device, torch.Tensor] = {}
