@@ -57,7 +57,7 @@ class BackwardWatch:
             try:
                 if isinstance(outputs, torch.Tensor) and outputs.numel() == 1 and watch._guard.mine():
                     if watch._clock.take_loss():
-                        watch._steps.buf.add_loss(outputs.detach().float().reshape(()))
+                        watch._steps.buf.add_loss(_scalar(outputs))
                     watch._scaled.add(id(result))
             except Exception as e:  # noqa: BLE001
                 watch._guard.fault("loss", e)
@@ -83,7 +83,7 @@ class BackwardWatch:
             self._scaled.discard(id(t))
             return True
         if self._clock.take_loss():
-            self._steps.buf.add_loss(t.detach().float().reshape(()))
+            self._steps.buf.add_loss(_scalar(t))
         return False
 
 
@@ -95,3 +95,12 @@ def _loss_tensor(tensors: Any) -> torch.Tensor | None:
     if t is None or t.numel() != 1 or not t.is_floating_point():
         return None
     return t
+
+
+def _scalar(t: torch.Tensor) -> torch.Tensor:
+    """The loss as a detached 0-d float32 tensor; no op beyond the detach in the usual case, a 0-d float32 loss
+    (every backward pass pays this)."""
+    t = t.detach()
+    if t.dtype is not torch.float32:
+        t = t.float()
+    return t.reshape(()) if t.dim() else t
