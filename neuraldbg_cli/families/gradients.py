@@ -217,15 +217,15 @@ class GradientObserver(Observer):
         ahead: dict[str, float] = {}
         if matrix and depth >= th.vanish_min_layers and min(matrix) < th.vanish_ratio * ref_max:
             # the same layer in other blocks matters only to a matrix layer far below the largest
-            ahead = self._ahead(model, {layer[0]: value for layer, value in seen})
+            ahead = self._ahead(model, {layer[0]: rms for layer, rms in seen})
         machines, since, got_grad = self.board.machines, self.board.grad_since, self.got_grad
         n_base = th.baseline_samples
-        for (name, info, gkey, key, _, is_matrix), value in seen:
-            if value is not None and value > 0 and math.isfinite(value):
+        for (name, info, gkey, key, _, is_matrix), rms in seen:
+            if rms is not None and rms > 0 and math.isfinite(rms):
                 if gkey not in got_grad:
                     got_grad.update((gkey, (root, None)))  # (root, None): some part of this model trains
-                since[gkey] = max(value, since.get(gkey, 0.0))
-            elif value is None and not (info.in_optimizer or (root, None) in got_grad):
+                since[gkey] = max(rms, since.get(gkey, 0.0))
+            elif rms is None and not (info.in_optimizer or (root, None) in got_grad):
                 continue  # not meant to train: no optimizer holds it and no part of its model gets gradients (an
                 # EMA copy or a teacher called with gradients on)
             baseline = self.baselines.get(key)
@@ -233,26 +233,25 @@ class GradientObserver(Observer):
                 base = self.grad_base.setdefault(key, [])
                 if len(base) >= n_base:
                     baseline = self.baselines[key] = statistics.median(base)
-            state = classify_gradient(value, ref_max, baseline, is_matrix, depth, th, ahead.get(name))
+            state = classify_gradient(rms, ref_max, baseline, is_matrix, depth, th, ahead.get(name))
             # the baseline that growth is measured against: the layer's own early scale, once it is on the scale
             # of its model's layers. A factor that starts at exactly 0 or ~1e-6 by construction (LoRA's A while B
             # is 0, a zero-initialised branch or gate) grows by orders of magnitude to a normal size: not an
             # explosion
-            if baseline is None and state == HEALTHY and value and len(base) < n_base:
+            if baseline is None and state == HEALTHY and rms and len(base) < n_base:
                 if ref_median is None:
                     ref_median = statistics.median(matrix) if matrix else 0.0
-                if value >= ref_median * th.baseline_peer_ratio:
-                    base.append(value)
+                if rms >= ref_median * th.baseline_peer_ratio:
+                    base.append(rms)
             machine = machines.get(key)
             if machine is not None and machine.state == state and machine.cand is None:
                 continue  # nothing changes (most layer-steps): no evidence to build
             if ref_median is None:
                 ref_median = statistics.median(matrix) if matrix else 0.0
-            finite = _finite(value)
             metrics = {
-                "rms": value,
-                "ratio_to_max": (value / ref_max) if finite and ref_max else None,
-                "ratio_to_median": (value / ref_median) if finite and ref_median else None,
+                "rms": rms,
+                "ratio_to_max": (rms / ref_max) if _finite(rms) and ref_max else None,
+                "ratio_to_median": (rms / ref_median) if _finite(rms) and ref_median else None,
                 "baseline_rms": baseline,
             }
             self.board.feed(key, HEALTHY, state, rec.step, metrics, ETYPE, "gradient", root, name)
