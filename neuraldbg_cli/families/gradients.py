@@ -35,6 +35,7 @@ from neuraldbg_cli.fixspec import fix
 from neuraldbg_cli.vocab import RNN_TYPES, SATURATING_TYPES, is_norm, is_residual
 
 _DIGITS = re.compile(r"\d+")  # block numbers in module names
+INF = math.inf
 FADE_SITE = "model_gradient"  # the site of a whole model's gradient fading over time (see ModelFade)
 ETYPE = EventType.gradient_health_transition.value
 # the states as plain strings: read per layer per step, where an Enum's `.value` is a descriptor call
@@ -204,7 +205,7 @@ class GradientObserver(Observer):
                 if sampled:
                     seen.append((layer, None))
                 continue
-            if math.isfinite(norm):
+            if -INF < norm < INF:  # math.isfinite, without a call (this loop runs per layer per step)
                 value = norm / root_params
                 if is_matrix and value > 0:
                     matrix.append(value)
@@ -221,10 +222,11 @@ class GradientObserver(Observer):
         machines, since, got_grad = self.board.machines, self.board.grad_since, self.got_grad
         n_base = th.baseline_samples
         for (name, info, gkey, key, _, is_matrix), rms in seen:
-            if rms is not None and rms > 0 and math.isfinite(rms):
+            if rms is not None and 0.0 < rms < INF:
                 if gkey not in got_grad:
                     got_grad.update((gkey, (root, None)))  # (root, None): some part of this model trains
-                since[gkey] = max(rms, since.get(gkey, 0.0))
+                if rms > since.get(gkey, 0.0):  # the largest since the last sample
+                    since[gkey] = rms
             elif rms is None and not (info.in_optimizer or (root, None) in got_grad):
                 continue  # not meant to train: no optimizer holds it and no part of its model gets gradients (an
                 # EMA copy or a teacher called with gradients on)
@@ -233,7 +235,7 @@ class GradientObserver(Observer):
                 base = self.grad_base.setdefault(key, [])
                 if len(base) >= n_base:
                     baseline = self.baselines[key] = statistics.median(base)
-            state = classify_gradient(rms, ref_max, baseline, is_matrix, depth, th, ahead.get(name))
+            state = classify_gradient(rms, ref_max, baseline, is_matrix, depth, th, ahead.get(name) if ahead else None)
             # the baseline that growth is measured against: the layer's own early scale, once it is on the scale
             # of its model's layers. A factor that starts at exactly 0 or ~1e-6 by construction (LoRA's A while B
             # is 0, a zero-initialised branch or gate) grows by orders of magnitude to a normal size: not an

@@ -20,6 +20,12 @@ NORMAL, PLATEAU, DIVERGING, OSCILLATING = (
 )
 
 
+def _median_sorted(s: list[float]) -> float:
+    """statistics.median of values already sorted (the same arithmetic)."""
+    h = len(s) // 2
+    return s[h] if len(s) % 2 else (s[h - 1] + s[h]) / 2
+
+
 def _kth_deviation(s: list[float], mid: float, k: int) -> float:
     """The k-th smallest (from 0) of abs(v - mid) over the sorted values `s`: the k + 1 values nearest `mid`
     are a window of `s`, found by bisection; the k-th deviation is the larger of its two ends'. Exactly the
@@ -82,6 +88,10 @@ class LossSeries:
         past, self.best, self.best_noise = list(self.hist), math.inf, None
         self.cusum, self.rise_from, self._noise, self.prev_y, self.learned = 0.0, None, None, None, None
         self.late: deque[float] = deque(maxlen=self.th.plateau_min_losses)  # the latest judged values
+        # the same, sorted in two parts as they come and go: the newer (late - late // 2 values) and the older
+        # ones; once `late` is full, its halves as the plateau test splits them (see _keep_late)
+        self.late_old: list[float] = []
+        self.late_new: list[float] = []
         self._improved = False
         self.diffs: deque[float] = deque(maxlen=self.th.loss_noise_window)  # judged step-to-step differences
         self.sorted_diffs: list[float] = []  # the same, sorted (kept so as they come and go: see noise)
@@ -129,13 +139,14 @@ class LossSeries:
         self.sizes.append(abs(loss))
         y = self._y(loss)
         if self.prev_y is not None:
-            diffs, ordered = self.diffs, self.sorted_diffs
-            if len(diffs) == diffs.maxlen:
-                del ordered[bisect_left(ordered, diffs[0])]  # the one the deque drops
-            diffs.append(y - self.prev_y)
-            insort(ordered, diffs[-1])
+            diffs, ordered, d = self.diffs, self.sorted_diffs, y - self.prev_y
+            if diffs.maxlen:
+                if len(diffs) == diffs.maxlen:
+                    del ordered[bisect_left(ordered, diffs[0])]  # the one the deque drops
+                insort(ordered, d)
+            diffs.append(d)
         self.prev_y = y
-        self.late.append(y)
+        self._keep_late(y)
         self.levels.append(y)
         level = self.level = statistics.median(self.levels)
         noise = self._noise = self.noise()
@@ -153,6 +164,28 @@ class LossSeries:
             self.rise_from = None
         elif self.rise_from is None:
             self.rise_from = step
+
+    def _keep_late(self, y: float) -> None:
+        """Append y to `late`, and to its sorted halves: the value that leaves the newer half joins the older
+        one, the value the deque drops leaves the older one."""
+        late, old, new = self.late, self.late_old, self.late_new
+        m, size = len(late), late.maxlen or 0
+        newer = size - size // 2
+        if size:
+            insort(new, y)
+            if m >= newer:
+                crossing = late[m - newer]
+                del new[bisect_left(new, crossing)]
+                insort(old, crossing)
+                if m == size:
+                    del old[bisect_left(old, late[0])]
+        late.append(y)
+
+    def _late_median(self) -> float:
+        """statistics.median(self.late), from its sorted halves once it is full."""
+        if len(self.late) == self.late.maxlen:
+            return statistics.median(self.late_old + self.late_new)  # two sorted runs: a merge
+        return statistics.median(self.late)
 
     def add(self, step: int, loss: float) -> tuple[str, int, dict[str, Any]]:
         """A finite loss: returns (state, onset step, metrics)."""
@@ -207,7 +240,8 @@ class LossSeries:
         if self._improved or self.n < 2:
             return self._improved
         k = max(1, min(self.th.plateau_min_losses, self.n // 2))
-        gain = self.start() - statistics.median(list(self.late)[-k:])
+        late = self._late_median() if k >= len(self.late) else statistics.median(list(self.late)[-k:])
+        gain = self.start() - late
         se = (noise or 0.0) * math.sqrt(math.pi / 2 * (1 / len(self.first) + 1 / k))
         self._improved = gain > max(-self._factor(1 - self.th.plateau_improvement), self.th.plateau_sigma * se)
         return self._improved
@@ -224,6 +258,8 @@ class LossSeries:
         }
         if self._extra:
             metrics.update(self._extra)
+            if "improvement" in self._extra:
+                metrics["improvement"] = 1 - math.exp(self._late_median() - self.start())
         return metrics
 
     def _judge(self, step: int) -> tuple[str, int]:
@@ -252,7 +288,7 @@ class LossSeries:
             self._extra = osc[1]
             return OSCILLATING, osc[0]
         if self.plateau(noise):
-            self._extra = {"improvement": 1 - math.exp(statistics.median(self.late) - self.start())}
+            self._extra = {"improvement": None}  # filled in by metrics: only a reported plateau reads it
             return PLATEAU, max(self.first_step, step - th.plateau_min_losses + 1)
         return NORMAL, step
 
@@ -267,9 +303,14 @@ class LossSeries:
         if self.improved(noise) or noise / self._unit() >= self.th.plateau_max_noise:
             return False
         # still falling: the latest half of the window significantly below its earlier half (slow learning)
-        late, h = list(self.late), len(self.late) // 2
+        h = len(self.late) // 2
         se = noise * math.sqrt(math.pi / 2 * 2 / max(1, h))
-        return statistics.median(late[:h]) - statistics.median(late[h:]) <= self.th.plateau_sigma * se
+        if len(self.late) == self.late.maxlen:  # its halves are kept sorted
+            earlier, later = _median_sorted(self.late_old), _median_sorted(self.late_new)
+        else:
+            late = list(self.late)
+            earlier, later = statistics.median(late[:h]), statistics.median(late[h:])
+        return earlier - later <= self.th.plateau_sigma * se
 
     def _oscillating(self, start_y: float) -> tuple[int, dict[str, Any]] | None:
         """Large swings relative to the loss level over the latest 2 windows, with frequent sign changes,
