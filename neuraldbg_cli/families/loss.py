@@ -42,7 +42,8 @@ class LossObserver(Observer):
         if rec.active:
             if self.prev_active and rec.active.isdisjoint(self.prev_active):
                 self._reset_loss(rec.active)  # another model took over: its loss curve starts afresh
-            self.prev_active = set(rec.active)
+            if rec.active != self.prev_active:  # (a copy: the record's set is the probe's)
+                self.prev_active = set(rec.active)
         losses = rec.losses or ({"": rec.loss} if rec.loss is not None else {})
         for name, loss in losses.items():
             self._observe_loss(rec.step, name, loss, alone=len(losses) == 1)
