@@ -46,7 +46,7 @@ HEALTHY, VANISHING, EXPLODING, NON_FINITE, ABSENT = (
     GradState.non_finite.value,
     GradState.absent.value,
 )
-_Layer = tuple[str, ModuleInfo, tuple[str, str], tuple[str, str, str], float, bool]  # see _layers_of
+_Layer = tuple[str, ModuleInfo, tuple[str, str], tuple[str, str, str]]  # (name, info, grads key, machine key)
 
 
 def classify_gradient(
@@ -177,16 +177,12 @@ class GradientObserver(Observer):
             self._judge_layers(rec, root, model)
 
     def _layers_of(self, root: str, model: ModelInfo) -> list[_Layer]:
-        """The model's layers with parameters, as the per-step loop reads them (made again when the models are
-        described again: a new ModelInfo, or modules added to it)."""
+        """The model's modules with the keys the per-step loop reads them by, made once (again for a new
+        ModelInfo, or modules added to it; their sizes are read live: a rescan may add parameters)."""
         cached = self.layers.get(root)
         if cached is not None and cached[0] is model and cached[1] == len(model.modules):
             return cached[2]
-        layers = [
-            (name, info, (root, name), ("grad", root, name), math.sqrt(info.params), info.weight_ndim2)
-            for name, info in model.modules.items()
-            if info.params != 0
-        ]
+        layers = [(name, info, (root, name), ("grad", root, name)) for name, info in model.modules.items()]
         self.layers[root] = (model, len(model.modules), layers)
         return layers
 
@@ -198,16 +194,18 @@ class GradientObserver(Observer):
         seen: list[tuple[_Layer, float | None]] = []  # (layer, its RMS: None where it has no gradient)
         matrix: list[float] = []  # finite positive RMS of the matrix layers
         for layer in self._layers_of(root, model):
-            _, _, gkey, _, root_params, is_matrix = layer
-            gs = grads.get(gkey)
+            info = layer[1]
+            if info.params == 0:
+                continue
+            gs = grads.get(layer[2])
             norm = None if gs is None else gs.norm
             if norm is None:
                 if sampled:
                     seen.append((layer, None))
                 continue
             if -INF < norm < INF:  # math.isfinite, without a call (this loop runs per layer per step)
-                value = norm / root_params
-                if is_matrix and value > 0:
+                value = norm / math.sqrt(info.params)
+                if info.weight_ndim2 and value > 0:
                     matrix.append(value)
             else:
                 value = norm
@@ -221,7 +219,7 @@ class GradientObserver(Observer):
             ahead = self._ahead(model, {layer[0]: rms for layer, rms in seen})
         machines, since, got_grad = self.board.machines, self.board.grad_since, self.got_grad
         n_base = th.baseline_samples
-        for (name, info, gkey, key, _, is_matrix), rms in seen:
+        for (name, info, gkey, key), rms in seen:
             if rms is not None and 0.0 < rms < INF:
                 if gkey not in got_grad:
                     got_grad.update((gkey, (root, None)))  # (root, None): some part of this model trains
@@ -235,7 +233,9 @@ class GradientObserver(Observer):
                 base = self.grad_base.setdefault(key, [])
                 if len(base) >= n_base:
                     baseline = self.baselines[key] = statistics.median(base)
-            state = classify_gradient(rms, ref_max, baseline, is_matrix, depth, th, ahead.get(name) if ahead else None)
+            state = classify_gradient(
+                rms, ref_max, baseline, info.weight_ndim2, depth, th, ahead.get(name) if ahead else None
+            )
             # the baseline that growth is measured against: the layer's own early scale, once it is on the scale
             # of its model's layers. A factor that starts at exactly 0 or ~1e-6 by construction (LoRA's A while B
             # is 0, a zero-initialised branch or gate) grows by orders of magnitude to a normal size: not an
