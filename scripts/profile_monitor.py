@@ -14,7 +14,7 @@ Replay: a fresh Session (quiet, a temporary run directory) per repetition, its m
 probe described them, then `_on_steps([record])` for every record in order, each call timed. Per record the best
 of --reps repetitions (state evolves the same way in each), averaged over unsampled and sampled records; the GC
 is off while timing. Then one more replay under sys.setprofile counts Python and C calls per record (deterministic:
-the measure to trust on a busy machine). --top lists the functions called most often per unsampled record.
+the measure to trust on a busy machine). --top lists the functions called most often per record.
 --dump DIR keeps one replay's events.jsonl and stats.jsonl (ended as a run ends) under DIR/<model>/: two trees'
 should be identical byte for byte."""
 
@@ -137,11 +137,11 @@ def timings(timeline: list, every: int, reps: int) -> tuple[float, float, int, i
     return 1e6 * sum(uns) / max(1, len(uns)), 1e6 * sum(smp) / max(1, len(smp)), len(uns), len(smp)
 
 
-def calls(timeline: list, every: int, top: int) -> tuple[float, float, list[tuple[str, float]]]:
+def calls(timeline: list, every: int, top: int) -> tuple[float, float, dict[bool, list[tuple[str, float]]]]:
     """Calls per unsampled and per sampled record (Python functions and C functions), and the most frequent
-    callees per unsampled record."""
+    callees per unsampled and per sampled record."""
     per: dict[bool, list[int]] = {False: [], True: []}
-    names: collections.Counter = collections.Counter()
+    names: dict[bool, collections.Counter] = {False: collections.Counter(), True: collections.Counter()}
 
     def timer(session, rec) -> None:  # noqa: ANN001
         n = 0
@@ -150,12 +150,11 @@ def calls(timeline: list, every: int, top: int) -> tuple[float, float, list[tupl
             nonlocal n
             if event == "call":
                 n += 1
-                if not rec.sampled:
-                    names[f"{frame.f_code.co_name} ({Path(frame.f_code.co_filename).name}:{frame.f_code.co_firstlineno})"] += 1
+                code = frame.f_code
+                names[rec.sampled][f"{code.co_name} ({Path(code.co_filename).name}:{code.co_firstlineno})"] += 1
             elif event == "c_call":
                 n += 1
-                if not rec.sampled:
-                    names[f"{getattr(arg, '__qualname__', arg)} (C)"] += 1
+                names[rec.sampled][f"{getattr(arg, '__qualname__', arg)} (C)"] += 1
 
         sys.setprofile(prof)
         try:
@@ -166,7 +165,7 @@ def calls(timeline: list, every: int, top: int) -> tuple[float, float, list[tupl
 
     replay(timeline, every, timer)
     uns, smp = per[False], per[True]
-    common = [(k, v / max(1, len(uns))) for k, v in names.most_common(top)]
+    common = {s: [(k, v / max(1, len(per[s]))) for k, v in names[s].most_common(top)] for s in (False, True)}
     return sum(uns) / max(1, len(uns)), sum(smp) / max(1, len(smp)), common
 
 
@@ -178,7 +177,7 @@ def main() -> None:
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "neuraldbg-monitor-replay"))
     ap.add_argument("--recapture", action="store_true")
     ap.add_argument("--dump", help="keep one replay's events.jsonl and stats.jsonl under DUMP/<model>/")
-    ap.add_argument("--top", type=int, default=0, help="list the N most frequent callees per unsampled record")
+    ap.add_argument("--top", type=int, default=0, help="list the N most frequent callees per record")
     args = ap.parse_args()
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
@@ -197,10 +196,11 @@ def main() -> None:
         tops[model] = common
         print(f"| {model} | {n_u}/{n_s} | {us_u:.1f} | {us_s:.1f} | {c_u:.0f} | {c_s:.0f} |", flush=True)
     for model, common in tops.items():
-        if common:
-            print(f"\n{model}: most frequent callees per unsampled record")
-            for name, n in common:
-                print(f"  {n:7.2f}  {name}")
+        for sampled, rows in common.items():
+            if rows:
+                print(f"\n{model}: most frequent callees per {'sampled' if sampled else 'unsampled'} record")
+                for name, n in rows:
+                    print(f"  {n:7.2f}  {name}")
 
 
 if __name__ == "__main__":

@@ -272,7 +272,7 @@ class GradientObserver(Observer):
         values = [g.norm for g in norms if g is not None and g.norm is not None]
         if not values or not all(map(math.isfinite, values)) or len(values) < len(norms):
             return  # no gradient yet (a GAN's G read at D's step), part of it missing, or not finite (judged per layer)
-        norm = math.sqrt(sum(v * v for v in values))
+        norm = math.sqrt(sum([v * v for v in values]))
         if norm <= 0:
             return
         series = self._own_series(root)

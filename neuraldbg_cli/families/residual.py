@@ -86,12 +86,13 @@ class ResidualObserver(Observer):
     def observe(self, rec: StepRecord) -> None:
         if not rec.resid:
             return
-        names = {key for key in rec.resid}
+        # every block's dotted ancestors ("layers" and "layers.3" of "layers.3.mlp"): the stacks of blocks
+        stacks = {(root, name[:i]) for root, name in rec.resid for i, c in enumerate(name) if c == "."}
         by_root: dict[str, list[tuple[str, ResidStats]]] = {}
         for (root, name), rs in rec.resid.items():
             if rec.active is not None and root not in rec.active:
                 continue
-            if any(r == root and n.startswith(name + ".") for r, n in names):
+            if (root, name) in stacks:
                 continue  # a stack of blocks: judged through its blocks
             by_root.setdefault(root, []).append((name, rs))
             ratio = ratio_of(rs)
