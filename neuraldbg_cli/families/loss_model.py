@@ -21,7 +21,9 @@ NORMAL, PLATEAU, DIVERGING, OSCILLATING = (
 
 
 def _median_sorted(s: list[float]) -> float:
-    """statistics.median of values already sorted (the same arithmetic)."""
+    """statistics.median of values already sorted (the same arithmetic, the same error when there are none)."""
+    if not s:
+        raise statistics.StatisticsError("no median for empty data")
     h = len(s) // 2
     return s[h] if len(s) % 2 else (s[h - 1] + s[h]) / 2
 
@@ -148,7 +150,7 @@ class LossSeries:
         self.prev_y = y
         self._keep_late(y)
         self.levels.append(y)
-        level = self.level = statistics.median(self.levels)
+        level = self.level = _median_sorted(sorted(self.levels))
         noise = self._noise = self.noise()
         if level < self.best:
             self.best, self.best_noise = level, noise
@@ -184,7 +186,7 @@ class LossSeries:
     def _late_median(self) -> float:
         """statistics.median(self.late), from its sorted halves once it is full."""
         if len(self.late) == self.late.maxlen:
-            return statistics.median(self.late_old + self.late_new)  # two sorted runs: a merge
+            return _median_sorted(sorted(self.late_old + self.late_new))  # two sorted runs: a merge
         return statistics.median(self.late)
 
     def add(self, step: int, loss: float) -> tuple[str, int, dict[str, Any]]:
