@@ -8,7 +8,8 @@ write) replayed over records captured from a real training loop, without torch i
 Capture (once, cached as a pickle under --cache; --recapture redoes it): the model of scripts/bench_train.py
 `setup()` trains in-process with a Probe wired to a Session as `neuraldbg run` wires it (tiny 2000 steps, gpt and
 cnn 200, --every 10); each batch of records handed to `_on_steps` is deep-copied first (the monitor may mutate
-what it is given), and so is each model description handed to the monitor.
+what it is given), and so is each model description handed to the monitor. The pickle holds events.py's records:
+recapture after a change to their layout.
 
 Replay: a fresh Session (quiet, a temporary run directory) per repetition, its monitor given the models when the
 probe described them, then `_on_steps([record])` for every record in order, each call timed. Per record the best
