@@ -92,27 +92,39 @@ def point_latest(run_dir: Path) -> None:
         pass
 
 
+class _Joined(dict[tuple, str]):
+    """A site key's stats.jsonl name ("root|module|site"), joined once per key: a sampled row names every site."""
+
+    def __missing__(self, key: tuple) -> str:
+        name = self[key] = "|".join(key)
+        return name
+
+
+_NAMES = _Joined()
+
+
 def _stats_row(rec: StepRecord, t0: float | None = None) -> dict[str, Any]:
     """One step's statistics. With `t0` (a rank of a distributed job) also when the step closed (seconds
     after t0) and, on sampled steps, each module's weight checksums: `explain` compares ranks with them."""
     row: dict[str, Any] = {"step": rec.step, "loss": rec.loss}
+    names = _NAMES
     if t0 is not None and rec.time is not None:
         row["t"] = round(rec.time - t0, 4)
     if len(rec.losses) > 1:  # several models trained by their own optimizers: each one's loss
         row["losses"] = dict(rec.losses)
     if rec.sampled:
         row["acts"] = {
-            "|".join(k): [s.mean, s.std, s.min, s.max, s.zero_frac, s.dead_frac, s.sat01, s.sat11, s.nonfinite]
+            names[k]: [s.mean, s.std, s.min, s.max, s.zero_frac, s.dead_frac, s.sat01, s.sat11, s.nonfinite]
             for k, s in rec.acts.items()
             if isinstance(s, ActStats)
         }
-        row["grads"] = {"|".join(k): [g.norm, g.weight_norm] for k, g in rec.grads.items()}
-        updates = {"|".join(k): g.update_norm for k, g in rec.grads.items() if g.update_norm is not None}
+        row["grads"] = {names[k]: [g.norm, g.weight_norm] for k, g in rec.grads.items()}
+        updates = {names[k]: g.update_norm for k, g in rec.grads.items() if g.update_norm is not None}
         if updates:  # the change one optimizer step made to each module's weights (L2)
             row["updates"] = updates
         if rec.norms:  # normalisation layers: mode (1 = train), batch vs running statistics, gain, batch shape
             row["norms"] = {
-                "|".join(k): [
+                names[k]: [
                     float(n.training),
                     n.shift,
                     n.log_scale,
@@ -129,11 +141,11 @@ def _stats_row(rec: StepRecord, t0: float | None = None) -> dict[str, Any]:
                 for name, c in rec.loss_calls.items()
             }
         if rec.resid:  # residual blocks: RMS of the skip (the block's input), of the branch, of the output
-            row["resid"] = {"|".join(k): [r.skip_rms, r.branch_rms, r.out_rms] for k, r in rec.resid.items()}
+            row["resid"] = {names[k]: [r.skip_rms, r.branch_rms, r.out_rms] for k, r in rec.resid.items()}
         if rec.attn:  # attention layers: the largest logit, the rows' normalised entropy (mean, median)
-            row["attn"] = {"|".join(k): [a.max_logit, a.entropy, a.entropy_median] for k, a in rec.attn.items()}
+            row["attn"] = {names[k]: [a.max_logit, a.entropy, a.entropy_median] for k, a in rec.attn.items()}
         if t0 is not None:
-            row["sums"] = {"|".join(k): [int(v) for v in g.checksum] for k, g in rec.grads.items() if g.checksum}
+            row["sums"] = {names[k]: [int(v) for v in g.checksum] for k, g in rec.grads.items() if g.checksum}
     return row
 
 

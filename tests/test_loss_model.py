@@ -287,3 +287,32 @@ def test_an_oscillation_from_the_first_loss_is_dated_at_the_first_change_not_bef
     evs = [e for e in loss_events(run(swings)) if e[1] == "oscillating"]
     assert evs and evs[0][2] == 1, evs
 
+
+
+def test_the_incremental_statistics_equal_sorting_the_window():
+    """The noise's MAD, the plateau test's halves and the window's median are kept incrementally (sorted copies
+    updated as values come and go): on every step they must equal statistics.median of the window itself,
+    ties, equal values and a switch to raw values (a loss <= 0: the history replayed) included."""
+    import statistics
+
+    from neuraldbg_cli.families.loss_model import LossSeries, _mad
+
+    rng = random.Random(3)
+    for _ in range(200):
+        xs = [float(rng.randint(-3, 3)) if rng.random() < 0.5 else rng.gauss(0, 1) for _ in range(rng.randint(1, 60))]
+        mid = statistics.median(xs)
+        assert _mad(sorted(xs)) == statistics.median([abs(x - mid) for x in xs])
+    for trial in range(20):
+        s = LossSeries(Thresholds(plateau_min_losses=7 + trial % 2, loss_noise_window=9 + trial % 2))
+        for step in range(150):
+            loss = round(rng.uniform(0.5, 3), 1) if step != 100 or trial % 3 else -1.0
+            s.add(step, loss)
+            late, h = list(s.late), len(s.late) // 2
+            assert s.sorted_diffs == sorted(s.diffs)
+            if len(late) == s.late.maxlen:
+                assert (s.late_old, s.late_new) == (sorted(late[:h]), sorted(late[h:]))
+            assert s._late_median() == statistics.median(late)
+            hist = [v for _, v in s.hist]
+            if len(hist) == s.hist.maxlen:  # the oscillation test's cheap exit reads these
+                assert list(s.swings) == [abs(b - a) for a, b in zip(hist, hist[1:])]
+                assert list(s.sizes) == [abs(v) for v in hist]

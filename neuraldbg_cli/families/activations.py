@@ -27,15 +27,24 @@ from neuraldbg_cli.families.base import (
 from neuraldbg_cli.fixspec import fix
 from neuraldbg_cli.vocab import SATURATING_TYPES, is_norm
 
+ETYPE = EventType.activation_regime_shift.value
+# the states as plain strings (classified per site per sampled step: an Enum's `.value` is a descriptor call)
+NORMAL, DEAD, SATURATED, ANOMALOUS = (
+    ActState.normal.value,
+    ActState.dead.value,
+    ActState.saturated.value,
+    ActState.anomalous.value,
+)
+
 
 def classify_activation(s: ActStats, baseline_std: float | None, th: Thresholds, output_layer: bool = False) -> str:
     """output_layer: the model's last layer, whose units are its outputs (logits): a dead one can never fire,
     and their scale grows by orders of magnitude as a classifier grows confident (from a near-0 init)."""
     if s.nonfinite > 0 or not math.isfinite(s.mean):
-        return ActState.non_finite.value
+        return NON_FINITE
     relu_like = s.min >= 0 and s.zero_frac >= th.relu_zero_frac  # exact zeros: a ReLU's output, not a sigmoid's
     if relu_like and s.dead_frac >= (th.dead_output_frac if output_layer else th.dead_frac):
-        return ActState.dead.value
+        return DEAD
     sat = (
         0.0
         if relu_like
@@ -46,11 +55,11 @@ def classify_activation(s: ActStats, baseline_std: float | None, th: Thresholds,
         else 0.0
     )
     if sat >= th.saturated_frac:
-        return ActState.saturated.value
+        return SATURATED
     growth = th.anomalous_output_growth if output_layer else th.anomalous_growth
     if baseline_std and s.std > growth * baseline_std:
-        return ActState.anomalous.value
-    return ActState.normal.value
+        return ANOMALOUS
+    return NORMAL
 
 
 class ActivationObserver(Observer):
@@ -59,24 +68,32 @@ class ActivationObserver(Observer):
     def __init__(self, board: Board) -> None:
         super().__init__(board)
         self.act_base: dict[tuple, list[float]] = {}
+        self.baselines: dict[tuple, float] = {}  # key -> median of its full act_base (it stops growing then)
 
     def observe(self, rec: StepRecord) -> None:
+        outputs: dict[str, str | None] = {}  # root -> its output layer, read once per step
+        machines, n_base = self.board.machines, self.th.baseline_samples
         for (root, module, site), s in rec.acts.items():
             if site in ("input", "target", "loss"):
                 continue
             key = ("act", root, module, site)
-            etype = EventType.activation_regime_shift.value
             if not isinstance(s, ActStats):
                 if not math.isfinite(s):
-                    self.board.feed(
-                        key, ActState.normal.value, NON_FINITE, rec.step, {"sum": s}, etype, site, root, module
-                    )
+                    self.board.feed(key, NORMAL, NON_FINITE, rec.step, {"sum": s}, ETYPE, site, root, module)
                 continue
-            base = self.act_base.setdefault(key, [])
-            baseline = statistics.median(base) if len(base) >= self.th.baseline_samples else None
-            state = classify_activation(s, baseline, self.th, output_layer=module == self._output_layer(root))
-            if state == ActState.normal.value and len(base) < self.th.baseline_samples and s.std > 0:
+            baseline = self.baselines.get(key)
+            if baseline is None:  # a full act_base no longer grows: its median is the baseline
+                base = self.act_base.setdefault(key, [])
+                if len(base) >= n_base:
+                    baseline = self.baselines[key] = statistics.median(base)
+            if root not in outputs:
+                outputs[root] = self._output_layer(root)
+            state = classify_activation(s, baseline, self.th, output_layer=module == outputs[root])
+            if baseline is None and state == NORMAL and len(base) < n_base and s.std > 0:
                 base.append(s.std)
+            machine = machines.get(key)
+            if machine is not None and machine.state == state and machine.cand is None:
+                continue  # nothing changes (most sites): no evidence to build
             metrics = {
                 "mean": s.mean,
                 "std": s.std,
@@ -89,7 +106,7 @@ class ActivationObserver(Observer):
             }
             if baseline:  # the metric that moved, for an activation blow-up
                 metrics.update(baseline_std=baseline, std_ratio=s.std / baseline)
-            self.board.feed(key, ActState.normal.value, state, rec.step, metrics, etype, site, root, module)
+            self.board.feed(key, NORMAL, state, rec.step, metrics, ETYPE, site, root, module)
 
     def _output_layer(self, root: str) -> str | None:
         model = self.board.models.get(root)

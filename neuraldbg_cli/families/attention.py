@@ -24,13 +24,14 @@ S = AttnState
 ETYPE = EventType.attention_health.value
 SITE = "attention"
 FAULTS = (S.collapsed.value, S.logit_growth.value)
+NORMAL = S.normal.value  # a plain string: compared per layer per sampled step
 
 
 def classify_attn(s: AttnStats, start_entropy: float | None, past_logit: float | None, th: Thresholds) -> str:
     """Pure. start_entropy: the layer's median entropy at its first sample; past_logit: its largest logit
     `attn_window` samples before (None: fewer samples so far)."""
     if not (math.isfinite(s.max_logit) and math.isfinite(s.entropy_median)):
-        return S.normal.value  # non-finite scores are the non_finite family's
+        return NORMAL  # non-finite scores are the non_finite family's
     if (
         s.entropy_median < th.attn_entropy_collapsed
         and start_entropy is not None
@@ -39,7 +40,7 @@ def classify_attn(s: AttnStats, start_entropy: float | None, past_logit: float |
         return S.collapsed.value
     if s.max_logit > th.attn_logit_max and past_logit is not None and s.max_logit > th.attn_logit_rise * past_logit:
         return S.logit_growth.value
-    return S.normal.value
+    return NORMAL
 
 
 class AttentionObserver(Observer):
@@ -63,6 +64,9 @@ class AttentionObserver(Observer):
                 hist.append(s.max_logit)
             start = self.start.get(key)
             state = classify_attn(s, start, past, self.th)
+            machine = self.board.machines.get(("attn", root, name))
+            if machine is not None and machine.state == state and machine.cand is None:
+                continue  # nothing changes (most steps): no evidence to build
             metrics = {
                 "max_logit": s.max_logit,
                 "past_max_logit": past,
@@ -72,7 +76,7 @@ class AttentionObserver(Observer):
                 "keys": float(s.keys),
                 "heads": float(s.heads),
             }
-            self.board.feed(("attn", root, name), S.normal.value, state, rec.step, metrics, ETYPE, SITE, root, name)
+            self.board.feed(("attn", root, name), NORMAL, state, rec.step, metrics, ETYPE, SITE, root, name)
 
 
 # ---------------------------------------------------------------- rule

@@ -10,18 +10,21 @@ from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import ActStats, DataState, EventType, Hypothesis, Kind, Origin, StepRecord
 from neuraldbg_cli.families.base import NON_FINITE, Board, Context, Family, Observer, _hyp, _still
 
+ETYPE = EventType.data_anomaly.value
+NORMAL, EXTREME_SCALE, SHIFTED = DataState.normal.value, DataState.extreme_scale.value, DataState.shifted.value
+
 
 def classify_data(s: ActStats, baseline: tuple[float, float] | None, scale_limit: float, th: Thresholds) -> str:
     if s.nonfinite > 0 or not math.isfinite(s.mean):
-        return DataState.non_finite.value
+        return NON_FINITE
     if max(abs(s.mean), s.std) > scale_limit:
-        return DataState.extreme_scale.value
+        return EXTREME_SCALE
     if baseline is not None:
         b_mean, b_std = baseline
         ref = max(b_std, th.data_std_floor)
         if abs(s.mean - b_mean) > th.data_shift * ref or s.std > th.data_shift * ref or s.std * th.data_shift < b_std:
-            return DataState.shifted.value
-    return DataState.normal.value
+            return SHIFTED
+    return NORMAL
 
 
 class DataObserver(Observer):
@@ -36,23 +39,23 @@ class DataObserver(Observer):
             if site not in ("input", "target"):
                 continue
             key = ("data", root, site)
-            etype = EventType.data_anomaly.value
             if not isinstance(s, ActStats):
                 if not math.isfinite(s):
-                    self.board.feed(
-                        key, DataState.normal.value, NON_FINITE, rec.step, {"sum": s}, etype, site, root, None
-                    )
+                    self.board.feed(key, NORMAL, NON_FINITE, rec.step, {"sum": s}, ETYPE, site, root, None)
                 continue
             base = self.data_base.setdefault(key, [])
             baseline = _median_pair(base) if len(base) >= self.th.baseline_samples else None
             limit = self.th.data_scale if site == "input" else self.th.target_scale
             state = classify_data(s, baseline, limit, self.th)
-            if state == DataState.normal.value and len(base) < self.th.baseline_samples:
+            if state == NORMAL and len(base) < self.th.baseline_samples:
                 base.append((s.mean, s.std))
+            machine = self.board.machines.get(key)
+            if machine is not None and machine.state == state and machine.cand is None:
+                continue  # nothing changes (most steps): no evidence to build
             metrics = {"mean": s.mean, "std": s.std, "min": s.min, "max": s.max, "nonfinite": s.nonfinite}
             if baseline:
                 metrics.update(baseline_mean=baseline[0], baseline_std=baseline[1])
-            self.board.feed(key, DataState.normal.value, state, rec.step, metrics, etype, site, root, None)
+            self.board.feed(key, NORMAL, state, rec.step, metrics, ETYPE, site, root, None)
 
 
 def _median_pair(pairs: list[tuple[float, float]]) -> tuple[float, float]:

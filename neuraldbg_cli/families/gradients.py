@@ -12,7 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from neuraldbg_cli.config import Thresholds
-from neuraldbg_cli.events import EventType, GradState, Hypothesis, Kind, ModelInfo, StepRecord
+from neuraldbg_cli.events import EventType, GradState, Hypothesis, Kind, ModelInfo, ModuleInfo, StepRecord
 from neuraldbg_cli.families.activations import _blowup_phrase, _blowups
 from neuraldbg_cli.families.advice import lower_lr, lower_lr_fix, postln_warmup, postln_warmup_fix, reinit_fix
 from neuraldbg_cli.families.base import (
@@ -35,7 +35,18 @@ from neuraldbg_cli.fixspec import fix
 from neuraldbg_cli.vocab import RNN_TYPES, SATURATING_TYPES, is_norm, is_residual
 
 _DIGITS = re.compile(r"\d+")  # block numbers in module names
+INF = math.inf
 FADE_SITE = "model_gradient"  # the site of a whole model's gradient fading over time (see ModelFade)
+ETYPE = EventType.gradient_health_transition.value
+# the states as plain strings: read per layer per step, where an Enum's `.value` is a descriptor call
+HEALTHY, VANISHING, EXPLODING, NON_FINITE, ABSENT = (
+    GradState.healthy.value,
+    GradState.vanishing.value,
+    GradState.exploding.value,
+    GradState.non_finite.value,
+    GradState.absent.value,
+)
+_Layer = tuple[str, ModuleInfo, tuple[str, str], tuple[str, str, str]]  # (name, info, grads key, machine key)
 
 
 def classify_gradient(
@@ -51,11 +62,11 @@ def classify_gradient(
     model; depth: how many of them have a gradient.
     ahead: the largest RMS of the same layer in the other blocks of a repeated stack (see GradientObserver._ahead)."""
     if rms is None or rms == 0.0:
-        return GradState.absent.value
+        return ABSENT
     if not math.isfinite(rms):
-        return GradState.non_finite.value
+        return NON_FINITE
     if rms > th.explode_abs or (baseline and rms > th.explode_growth * baseline):
-        return GradState.exploding.value
+        return EXPLODING
     if matrix and (
         rms < th.vanish_abs
         or (
@@ -64,8 +75,8 @@ def classify_gradient(
             and (ahead is None or rms < th.vanish_context_ratio * ahead)
         )
     ):
-        return GradState.vanishing.value
-    return GradState.healthy.value
+        return VANISHING
+    return HEALTHY
 
 
 @dataclass
@@ -110,18 +121,18 @@ class ModelFade:
         if len(self.early) < th.baseline_samples:
             self.early.append(norm)
             self.high_step = step
-            return GradState.healthy.value, step
+            return HEALTHY, step
         level = statistics.median(self.early)
         if norm >= level:
             self.high_step = step
         onset = max(self.onset(step, th), self.held)
         self.declining = norm * th.fade_factor**0.25 < level
         if loss is None or norm * th.fade_factor > level:
-            return GradState.healthy.value, step
+            return HEALTHY, step
         early, now = loss
         if early - now > th.fade_loss_gain * abs(early):
-            return GradState.healthy.value, step  # its loss improved: convergence, not a vanished gradient
-        return GradState.vanishing.value, onset
+            return HEALTHY, step  # its loss improved: convergence, not a vanished gradient
+        return VANISHING, onset
 
     def onset(self, now: int, th: Thresholds) -> int:
         """The step a fade seen at `now` is dated at: where the decline began, at most fade_lookback back."""
@@ -148,32 +159,104 @@ class GradientObserver(Observer):
         self.fades: dict[str, ModelFade] = {}  # root -> its whole gradient norm over time
         self.loss_tracks: dict[str, LossTrack] = {}  # loss series -> its early and latest values
         self.game = False  # several loss series reported in one step: models trained against each other
+        self.layers: dict[str, tuple[ModelInfo, int, list[_Layer]]] = {}  # root -> its model, size, layers
 
     def observe(self, rec: StepRecord) -> None:
+        keep = self.th.loss_level_window
         for series, loss in rec.losses.items():
-            self.loss_tracks.setdefault(series, LossTrack()).add(loss, self.th.loss_level_window)
+            track = self.loss_tracks.get(series)
+            if track is None:
+                track = self.loss_tracks[series] = LossTrack()
+            track.add(loss, keep)
         self.game = self.game or len(rec.losses) > 1
         for root, model in self.board.models.items():
             if rec.active is not None and root not in rec.active:
                 continue  # a model not used this step (trained earlier, or not yet): its .grad is stale
             if rec.sampled:
                 self._judge_fade(rec, root, model)
-            rms: dict[str, float | None] = {}
-            for name, info in model.modules.items():
-                if info.params == 0:
-                    continue
-                gs = rec.grads.get((root, name))
-                if gs is None or gs.norm is None:
-                    if rec.sampled:
-                        rms[name] = None
-                    continue
-                rms[name] = gs.norm / math.sqrt(info.params) if math.isfinite(gs.norm) else gs.norm
-            matrix = [v for n, v in rms.items() if model.modules[n].weight_ndim2 and _finite(v) and v > 0]
-            ref_max = max(matrix, default=0.0)
-            ref_median = statistics.median(matrix) if matrix else 0.0
-            ahead = self._ahead(model, rms)
-            for name, value in rms.items():
-                self._judge_gradient(rec, model, root, name, value, ref_max, ref_median, len(matrix), ahead.get(name))
+            self._judge_layers(rec, root, model)
+
+    def _layers_of(self, root: str, model: ModelInfo) -> list[_Layer]:
+        """The model's modules with the keys the per-step loop reads them by, made once (again for a new
+        ModelInfo, or modules added to it; their sizes are read live: a rescan may add parameters)."""
+        cached = self.layers.get(root)
+        if cached is not None and cached[0] is model and cached[1] == len(model.modules):
+            return cached[2]
+        layers = [(name, info, (root, name), ("grad", root, name)) for name, info in model.modules.items()]
+        self.layers[root] = (model, len(model.modules), layers)
+        return layers
+
+    def _judge_layers(self, rec: StepRecord, root: str, model: ModelInfo) -> None:
+        """Each layer's gradient RMS, classified against the largest of its model's matrix layers (and the same
+        layer in the other blocks, see _ahead) and fed to its machine when its state may change. Runs per layer
+        per step: what only a change of state reads (the median layer, the evidence) is computed then."""
+        th, grads, sampled = self.th, rec.grads, rec.sampled
+        seen: list[tuple[_Layer, float | None]] = []  # (layer, its RMS: None where it has no gradient)
+        matrix: list[float] = []  # finite positive RMS of the matrix layers
+        for layer in self._layers_of(root, model):
+            info = layer[1]
+            if info.params == 0:
+                continue
+            gs = grads.get(layer[2])
+            norm = None if gs is None else gs.norm
+            if norm is None:
+                if sampled:
+                    seen.append((layer, None))
+                continue
+            if -INF < norm < INF:  # math.isfinite, without a call (this loop runs per layer per step)
+                value = norm / math.sqrt(info.params)
+                if info.weight_ndim2 and value > 0:
+                    matrix.append(value)
+            else:
+                value = norm
+            seen.append((layer, value))
+        ref_max = max(matrix, default=0.0)
+        ref_median: float | None = None  # statistics.median(matrix), when first needed
+        depth = len(matrix)
+        ahead: dict[str, float] = {}
+        if matrix and depth >= th.vanish_min_layers and min(matrix) < th.vanish_ratio * ref_max:
+            # the same layer in other blocks matters only to a matrix layer far below the largest
+            ahead = self._ahead(model, {layer[0]: rms for layer, rms in seen})
+        machines, since, got_grad = self.board.machines, self.board.grad_since, self.got_grad
+        n_base = th.baseline_samples
+        for (name, info, gkey, key), rms in seen:
+            if rms is not None and 0.0 < rms < INF:
+                if gkey not in got_grad:
+                    got_grad.update((gkey, (root, None)))  # (root, None): some part of this model trains
+                if rms > since.get(gkey, 0.0):  # the largest since the last sample
+                    since[gkey] = rms
+            elif rms is None and not (info.in_optimizer or (root, None) in got_grad):
+                continue  # not meant to train: no optimizer holds it and no part of its model gets gradients (an
+                # EMA copy or a teacher called with gradients on)
+            baseline = self.baselines.get(key)
+            if baseline is None:  # a full grad_base no longer grows: its median is the baseline
+                base = self.grad_base.setdefault(key, [])
+                if len(base) >= n_base:
+                    baseline = self.baselines[key] = statistics.median(base)
+            state = classify_gradient(
+                rms, ref_max, baseline, info.weight_ndim2, depth, th, ahead.get(name) if ahead else None
+            )
+            # the baseline that growth is measured against: the layer's own early scale, once it is on the scale
+            # of its model's layers. A factor that starts at exactly 0 or ~1e-6 by construction (LoRA's A while B
+            # is 0, a zero-initialised branch or gate) grows by orders of magnitude to a normal size: not an
+            # explosion
+            if baseline is None and state == HEALTHY and rms and len(base) < n_base:
+                if ref_median is None:
+                    ref_median = statistics.median(matrix) if matrix else 0.0
+                if rms >= ref_median * th.baseline_peer_ratio:
+                    base.append(rms)
+            machine = machines.get(key)
+            if machine is not None and machine.state == state and machine.cand is None:
+                continue  # nothing changes (most layer-steps): no evidence to build
+            if ref_median is None:
+                ref_median = statistics.median(matrix) if matrix else 0.0
+            metrics = {
+                "rms": rms,
+                "ratio_to_max": (rms / ref_max) if _finite(rms) and ref_max else None,
+                "ratio_to_median": (rms / ref_median) if _finite(rms) and ref_median else None,
+                "baseline_rms": baseline,
+            }
+            self.board.feed(key, HEALTHY, state, rec.step, metrics, ETYPE, "gradient", root, name)
 
     def _own_series(self, root: str) -> str | None:
         """The loss series of the model `root`: the one named after it (or a part of it); the only series when
@@ -189,7 +272,7 @@ class GradientObserver(Observer):
         values = [g.norm for g in norms if g is not None and g.norm is not None]
         if not values or not all(map(math.isfinite, values)) or len(values) < len(norms):
             return  # no gradient yet (a GAN's G read at D's step), part of it missing, or not finite (judged per layer)
-        norm = math.sqrt(sum(v * v for v in values))
+        norm = math.sqrt(sum([v * v for v in values]))
         if norm <= 0:
             return
         series = self._own_series(root)
@@ -217,11 +300,11 @@ class GradientObserver(Observer):
         first = next((n for n in model.order if n in model.modules and model.modules[n].weight_ndim2), None)
         self.board.feed(
             key,
-            GradState.healthy.value,
+            HEALTHY,
             state,
             onset,
             metrics,
-            EventType.gradient_health_transition.value,
+            ETYPE,
             FADE_SITE,
             root,
             first,
@@ -250,60 +333,6 @@ class GradientObserver(Observer):
                 top = max(rms[n] for n in names)  # type: ignore[type-var]
                 out.update((n, top) for n in names)  # type: ignore[misc]
         return out
-
-    def _judge_gradient(
-        self,
-        rec: StepRecord,
-        model: ModelInfo,
-        root: str,
-        name: str,
-        value: float | None,
-        ref_max: float,
-        ref_median: float,
-        depth: int,
-        ahead: float | None = None,
-    ) -> None:
-        info = model.modules[name]
-        key = ("grad", root, name)
-        if _finite(value) and value > 0:
-            if (root, name) not in self.got_grad:
-                self.got_grad.update(((root, name), (root, None)))  # (root, None): some part of this model trains
-            since = self.board.grad_since
-            since[(root, name)] = max(value, since.get((root, name), 0.0))
-        if value is None and not (info.in_optimizer or (root, None) in self.got_grad):
-            return  # not meant to train: no optimizer holds it and no part of its model gets gradients (an EMA
-            # copy or a teacher called with gradients on)
-        baseline = self.baselines.get(key)
-        base = self.grad_base.setdefault(key, [])
-        if baseline is None and len(base) >= self.th.baseline_samples:
-            baseline = self.baselines[key] = statistics.median(base)  # full: it no longer changes
-        state = classify_gradient(value, ref_max, baseline, info.weight_ndim2, depth, self.th, ahead)
-        # the baseline that growth is measured against: the layer's own early scale, once it is on the scale of
-        # its model's layers. A factor that starts at exactly 0 or ~1e-6 by construction (LoRA's A while B is 0,
-        # a zero-initialised branch or gate) grows by orders of magnitude to a normal size: not an explosion
-        peers = ref_median * self.th.baseline_peer_ratio
-        if state == GradState.healthy.value and len(base) < self.th.baseline_samples and value and value >= peers:
-            base.append(value)
-        machine = self.board.machines.get(key)
-        if machine is not None and machine.state == state and machine.cand is None:
-            return  # nothing changes (most module-steps): skip building the evidence
-        metrics = {
-            "rms": value,
-            "ratio_to_max": (value / ref_max) if _finite(value) and ref_max else None,
-            "ratio_to_median": (value / ref_median) if _finite(value) and ref_median else None,
-            "baseline_rms": baseline,
-        }
-        self.board.feed(
-            key,
-            GradState.healthy.value,
-            state,
-            rec.step,
-            metrics,
-            EventType.gradient_health_transition.value,
-            "gradient",
-            root,
-            name,
-        )
 
 
 # ---------------------------------------------------------------- rules

@@ -8,7 +8,7 @@ import statistics
 from operator import attrgetter
 from typing import Any
 
-from neuraldbg_cli.events import EventType, Hypothesis, Kind, LossState, StepRecord
+from neuraldbg_cli.events import EventType, Hypothesis, Kind, StepRecord
 from neuraldbg_cli.families.activations import _blowup_phrase, _blowups
 from neuraldbg_cli.families.advice import (
     lower_lr,
@@ -19,11 +19,12 @@ from neuraldbg_cli.families.advice import (
     postln_warmup_fix,
 )
 from neuraldbg_cli.families.base import NON_FINITE, Board, Context, Event, Family, Observer, _evidence, _hyp
-from neuraldbg_cli.families.loss_model import LossSeries
+from neuraldbg_cli.families.loss_model import DIVERGING, NORMAL, LossSeries
 from neuraldbg_cli.fixspec import fix
 from neuraldbg_cli.vocab import SOFTMAX_TYPES
 
 CLASS_LOSSES = ("cross_entropy", "nll_loss")  # losses over a class dim whose uniform guess scores ln(classes)
+ETYPE = EventType.optimizer_instability.value
 
 
 class LossObserver(Observer):
@@ -41,7 +42,8 @@ class LossObserver(Observer):
         if rec.active:
             if self.prev_active and rec.active.isdisjoint(self.prev_active):
                 self._reset_loss(rec.active)  # another model took over: its loss curve starts afresh
-            self.prev_active = set(rec.active)
+            if rec.active != self.prev_active:  # (a copy: the record's set is the probe's)
+                self.prev_active = set(rec.active)
         losses = rec.losses or ({"": rec.loss} if rec.loss is not None else {})
         for name, loss in losses.items():
             self._observe_loss(rec.step, name, loss, alone=len(losses) == 1)
@@ -63,14 +65,13 @@ class LossObserver(Observer):
         """Loss series of models no longer trained are dropped: a new model's curve starts afresh."""
         for name in [n for n in self.series if n not in active]:
             del self.series[name]
-            self.board.reset(("loss", name), LossState.normal.value)
+            self.board.reset(("loss", name), NORMAL)
 
     def _observe_loss(self, step: int, name: str, loss: float, alone: bool) -> None:
         key = ("loss", name)
-        etype = EventType.optimizer_instability.value
         self.last_loss = loss
         if not math.isfinite(loss):
-            self.board.feed(key, LossState.normal.value, NON_FINITE, step, {"loss": loss}, etype, "loss", name, None)
+            self.board.feed(key, NORMAL, NON_FINITE, step, {"loss": loss}, ETYPE, "loss", name, None)
             return
         self.losses_seen += 1
         series = self.series.get(name)
@@ -79,13 +80,13 @@ class LossObserver(Observer):
             if self.main_series is None:
                 self.main_series = series
         series.alone = series.alone and alone
-        state, onset, metrics = series.add(step, loss)
+        state, onset = series.observe(step, loss)
         machine = self.board.machines.get(key)
         if machine is not None and machine.state == state and machine.cand is None:
-            return  # nothing changes (most steps)
+            return  # nothing changes (most steps): no evidence to build
         # a state dated back (a rise's change point, a plateau's stretch) begins no earlier than the last one
         onset = max(0, onset, self.board.since.get(key, 0))
-        self.board.feed(key, LossState.normal.value, state, onset, metrics, etype, "loss", name, None)
+        self.board.feed(key, NORMAL, state, onset, series.metrics(), ETYPE, "loss", name, None)
 
     def floor(self, now: int) -> int:
         """A loss state is dated back (a rise's change point, a plateau's stretch, an oscillation's window):
@@ -93,9 +94,7 @@ class LossObserver(Observer):
         floor = now
         for name, s in self.series.items():
             machine = self.board.machines.get(("loss", name))
-            floor = min(
-                floor, s.earliest_onset(now, machine is not None and machine.state == LossState.diverging.value)
-            )
+            floor = min(floor, s.earliest_onset(now, machine is not None and machine.state == DIVERGING))
         return floor
 
     def summary(self) -> dict[str, Any]:

@@ -4,11 +4,54 @@ from __future__ import annotations
 
 import math
 import statistics
+from bisect import bisect_left, insort
 from collections import deque
 from typing import Any
 
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import LossState
+
+# the states as plain strings (judged every step: an Enum's `.value` is a descriptor call)
+NORMAL, PLATEAU, DIVERGING, OSCILLATING = (
+    LossState.normal.value,
+    LossState.plateau.value,
+    LossState.diverging.value,
+    LossState.oscillating.value,
+)
+
+
+def _median_sorted(s: list[float]) -> float:
+    """statistics.median of values already sorted (the same arithmetic, the same error when there are none)."""
+    if not s:
+        raise statistics.StatisticsError("no median for empty data")
+    h = len(s) // 2
+    return s[h] if len(s) % 2 else (s[h - 1] + s[h]) / 2
+
+
+def _kth_deviation(s: list[float], mid: float, k: int) -> float:
+    """The k-th smallest (from 0) of abs(v - mid) over the sorted values `s`: the k + 1 values nearest `mid`
+    are a window of `s`, found by bisection; the k-th deviation is the larger of its two ends'. Exactly the
+    value sorting all deviations gives (a deviation below mid is computed as mid - v, the same float)."""
+    m = k + 1
+    lo, hi = 0, len(s) - m
+    while lo < hi:
+        i = (lo + hi) // 2
+        if mid - s[i] > s[i + m] - mid:
+            lo = i + 1
+        else:
+            hi = i
+    return max(abs(s[lo] - mid), abs(s[lo + m - 1] - mid))
+
+
+def _mad(s: list[float]) -> float:
+    """statistics.median([abs(d - mid) for d in s]), mid the median of the sorted finite values `s`, without
+    building and sorting the deviations (the loss noise is read every step)."""
+    n = len(s)
+    h = n // 2
+    if n % 2:
+        return _kth_deviation(s, s[h], h)
+    mid = (s[h - 1] + s[h]) / 2
+    return (_kth_deviation(s, mid, h - 1) + _kth_deviation(s, mid, h)) / 2
 
 
 class LossSeries:
@@ -39,6 +82,7 @@ class LossSeries:
         self.alone = True  # never reported in the same step as another series (a GAN's G and D: a game)
         self.fall_from: int | None = None  # first step of the latest stretch below the mirror of its start
         self.chance: float | None = None  # ln(classes) of the class loss that made this series (the loss observer)
+        self._extra: dict[str, Any] | None = None  # the latest judgement's own metrics (see metrics)
         self._restart()
 
     def _restart(self) -> None:
@@ -46,8 +90,16 @@ class LossSeries:
         past, self.best, self.best_noise = list(self.hist), math.inf, None
         self.cusum, self.rise_from, self._noise, self.prev_y, self.learned = 0.0, None, None, None, None
         self.late: deque[float] = deque(maxlen=self.th.plateau_min_losses)  # the latest judged values
+        # the same, sorted in two parts as they come and go: the newer (late - late // 2 values) and the older
+        # ones; once `late` is full, its halves as the plateau test splits them (see _keep_late)
+        self.late_old: list[float] = []
+        self.late_new: list[float] = []
         self._improved = False
         self.diffs: deque[float] = deque(maxlen=self.th.loss_noise_window)  # judged step-to-step differences
+        self.sorted_diffs: list[float] = []  # the same, sorted (kept so as they come and go: see noise)
+        # for the oscillation test's cheap exit, kept as the history fills: |raw loss|, |raw step-to-step change|
+        self.sizes: deque[float] = deque(maxlen=self.hist.maxlen)
+        self.swings: deque[float] = deque(maxlen=(self.hist.maxlen or 1) - 1)
         self.levels: deque[float] = deque(maxlen=self.th.loss_level_window)
         self.hist.clear()
         for step, loss in past:
@@ -71,21 +123,34 @@ class LossSeries:
 
     def noise(self) -> float | None:
         """Per-step noise: 1.4826 * MAD of the step-to-step differences / sqrt(2); None while too few."""
-        diffs = self.diffs
+        diffs, ordered = self.diffs, self.sorted_diffs
         if len(diffs) < self.th.loss_noise_min:
             return None
-        mid = statistics.median(diffs)
-        return 1.4826 * statistics.median([abs(d - mid) for d in diffs]) / math.sqrt(2)
+        if math.isfinite(ordered[0]) and math.isfinite(ordered[-1]):
+            mad = _mad(ordered)
+        else:  # an infinite difference: inf - inf is NaN, whose place in a sort depends on the order it is given
+            mid = statistics.median(diffs)
+            mad = statistics.median([abs(d - mid) for d in diffs])
+        return 1.4826 * mad / math.sqrt(2)
 
     def _update(self, step: int, loss: float) -> None:
-        self.hist.append((step, loss))
+        hist = self.hist
+        if hist:
+            self.swings.append(abs(loss - hist[-1][1]))
+        hist.append((step, loss))
+        self.sizes.append(abs(loss))
         y = self._y(loss)
         if self.prev_y is not None:
-            self.diffs.append(y - self.prev_y)
+            diffs, ordered, d = self.diffs, self.sorted_diffs, y - self.prev_y
+            if diffs.maxlen:
+                if len(diffs) == diffs.maxlen:
+                    del ordered[bisect_left(ordered, diffs[0])]  # the one the deque drops
+                insort(ordered, d)
+            diffs.append(d)
         self.prev_y = y
-        self.late.append(y)
+        self._keep_late(y)
         self.levels.append(y)
-        level = self.level = statistics.median(self.levels)
+        level = self.level = _median_sorted(sorted(self.levels))
         noise = self._noise = self.noise()
         if level < self.best:
             self.best, self.best_noise = level, noise
@@ -102,8 +167,35 @@ class LossSeries:
         elif self.rise_from is None:
             self.rise_from = step
 
+    def _keep_late(self, y: float) -> None:
+        """Append y to `late`, and to its sorted halves: the value that leaves the newer half joins the older
+        one, the value the deque drops leaves the older one."""
+        late, old, new = self.late, self.late_old, self.late_new
+        m, size = len(late), late.maxlen or 0
+        newer = size - size // 2
+        if size:
+            insort(new, y)
+            if m >= newer:
+                crossing = late[m - newer]
+                del new[bisect_left(new, crossing)]
+                insort(old, crossing)
+                if m == size:
+                    del old[bisect_left(old, late[0])]
+        late.append(y)
+
+    def _late_median(self) -> float:
+        """statistics.median(self.late), from its sorted halves once it is full."""
+        if len(self.late) == self.late.maxlen:
+            return _median_sorted(sorted(self.late_old + self.late_new))  # two sorted runs: a merge
+        return statistics.median(self.late)
+
     def add(self, step: int, loss: float) -> tuple[str, int, dict[str, Any]]:
         """A finite loss: returns (state, onset step, metrics)."""
+        state, onset = self.observe(step, loss)
+        return state, onset, self.metrics()
+
+    def observe(self, step: int, loss: float) -> tuple[str, int]:
+        """A finite loss: returns (state, onset step); `metrics` says why, until the next loss."""
         if self.n == 0:
             self.first_step = step
         self.n += 1
@@ -150,22 +242,33 @@ class LossSeries:
         if self._improved or self.n < 2:
             return self._improved
         k = max(1, min(self.th.plateau_min_losses, self.n // 2))
-        gain = self.start() - statistics.median(list(self.late)[-k:])
+        late = self._late_median() if k >= len(self.late) else statistics.median(list(self.late)[-k:])
+        gain = self.start() - late
         se = (noise or 0.0) * math.sqrt(math.pi / 2 * (1 / len(self.first) + 1 / k))
         self._improved = gain > max(-self._factor(1 - self.th.plateau_improvement), self.th.plateau_sigma * se)
         return self._improved
 
-    def _judge(self, step: int) -> tuple[str, int, dict[str, Any]]:
+    def metrics(self) -> dict[str, Any]:
+        """The evidence of the latest judgement (built only when it is reported: most steps change nothing)."""
+        noise = self._noise
+        metrics: dict[str, Any] = {
+            "loss": self.last,
+            "start": self._x(self.start()),
+            "best": self._x(self.best),
+            "recent": self._x(self.level),
+            "noise": max(noise or 0.0, self.best_noise or 0.0) if noise is not None else None,
+        }
+        if self._extra:
+            metrics.update(self._extra)
+            if "improvement" in self._extra:
+                metrics["improvement"] = 1 - math.exp(self._late_median() - self.start())
+        return metrics
+
+    def _judge(self, step: int) -> tuple[str, int]:
         th = self.th
         start, level, noise = self.start(), self.level, self._noise
         ref_noise = max(noise or 0.0, self.best_noise or 0.0)
-        metrics: dict[str, Any] = {
-            "loss": self.last,
-            "start": self._x(start),
-            "best": self._x(self.best),
-            "recent": self._x(level),
-            "noise": ref_noise if noise is not None else None,
-        }
+        self._extra = None
         # diverging: the level rose a factor above its best, beyond what the series' own noise explains;
         # before the noise is known, only a rise by the early factor (10x) counts
         rise = level - self.best
@@ -176,20 +279,20 @@ class LossSeries:
         else:
             need = max(self._factor(th.diverge_factor), th.loss_diverge_sigma * ref_noise)
         if rise > need:
-            metrics["rise_factor"] = math.exp(rise) if not self.raw else None
-            return LossState.diverging.value, self.rise_from if self.rise_from is not None else step, metrics
+            self._extra = {"rise_factor": math.exp(rise) if not self.raw else None}
+            return DIVERGING, self.rise_from if self.rise_from is not None else step
         fall = self._falls_without_bound()
         if fall is not None and self.fall_from is not None:
-            metrics["fall_factor"] = fall
-            return LossState.diverging.value, self.fall_from, metrics
+            self._extra = {"fall_factor": fall}
+            return DIVERGING, self.fall_from
         osc = self._oscillating(start)
         if osc is not None:
-            metrics.update(osc[1])
-            return LossState.oscillating.value, osc[0], metrics
+            self._extra = osc[1]
+            return OSCILLATING, osc[0]
         if self.plateau(noise):
-            metrics["improvement"] = 1 - math.exp(statistics.median(self.late) - self.start())
-            return LossState.plateau.value, max(self.first_step, step - th.plateau_min_losses + 1), metrics
-        return LossState.normal.value, step, metrics
+            self._extra = {"improvement": None}  # filled in by metrics: only a reported plateau reads it
+            return PLATEAU, max(self.first_step, step - th.plateau_min_losses + 1)
+        return NORMAL, step
 
     def plateau(self, noise: float | None) -> bool:
         """Long enough, never improved beyond its noise since the start, not falling now, and far above its noise (a
@@ -202,9 +305,14 @@ class LossSeries:
         if self.improved(noise) or noise / self._unit() >= self.th.plateau_max_noise:
             return False
         # still falling: the latest half of the window significantly below its earlier half (slow learning)
-        late, h = list(self.late), len(self.late) // 2
+        h = len(self.late) // 2
         se = noise * math.sqrt(math.pi / 2 * 2 / max(1, h))
-        return statistics.median(late[:h]) - statistics.median(late[h:]) <= self.th.plateau_sigma * se
+        if len(self.late) == self.late.maxlen:  # its halves are kept sorted
+            earlier, later = _median_sorted(self.late_old), _median_sorted(self.late_new)
+        else:
+            late = list(self.late)
+            earlier, later = statistics.median(late[:h]), statistics.median(late[h:])
+        return earlier - later <= self.th.plateau_sigma * se
 
     def _oscillating(self, start_y: float) -> tuple[int, dict[str, Any]] | None:
         """Large swings relative to the loss level over the latest 2 windows, with frequent sign changes,
@@ -213,11 +321,11 @@ class LossSeries:
         w = self.th.loss_window
         if len(self.hist) < 2 * w:
             return None
+        swing = sum(self.swings) / len(self.swings)  # the mean |change| over the history
+        if swing <= self.th.oscillation * min(self.sizes):
+            return None  # cheap exit (most steps): below the threshold even against the smallest loss
         recent = [v for _, v in self.hist]
         diffs = [b - a for a, b in zip(recent, recent[1:])]
-        swing = sum(map(abs, diffs)) / len(diffs)
-        if swing <= self.th.oscillation * min(map(abs, recent)):
-            return None  # cheap exit (most steps): below the threshold even against the smallest loss
         start = self._x(start_y) or 0.0
         level = statistics.median(abs(v) for v in recent) or max(abs(start), 1e-12)
         rel = swing / level

@@ -62,25 +62,36 @@ FAULTS = (
     S.gain_growth.value,
     S.drift.value,  # last: weights that move fast (a gain collapsing upstream) make running statistics lag
 )
+# the states as plain strings (judged per layer per sampled step: an Enum's `.value` is a descriptor call)
+DRIFT, EVAL_MODE, FEW_VALUES, GAIN_COLLAPSE, GAIN_GROWTH, MOMENTUM, NORMAL, POISONED = (
+    S.drift.value,
+    S.eval_mode.value,
+    S.few_values.value,
+    S.gain_collapse.value,
+    S.gain_growth.value,
+    S.momentum.value,
+    S.normal.value,
+    S.poisoned.value,
+)
 DEFAULT_MOMENTUM = 0.1  # PyTorch's; also the time scale judged for a cumulative average (momentum=None)
 
 
 def classify_norm(ns: NormStats, trains: bool, th: Thresholds) -> str:
     """trains: the layer's parameters are trainable and an optimizer holds them (its model takes steps)."""
     if ns.running_finite == 0.0:
-        return S.poisoned.value  # debounced like the rest: once poisoned they stay so
+        return POISONED  # debounced like the rest: once poisoned they stay so
     if not ns.training:
         drifted = (ns.shift is not None and ns.shift > th.norm_eval_shift) or (
             ns.log_scale is not None and ns.log_scale > th.norm_eval_log_scale
         )
         if trains and (ns.running_initial == 1.0 or drifted):
-            return S.eval_mode.value
-        return S.normal.value
+            return EVAL_MODE
+        return NORMAL
     if 0 < ns.per_channel < th.norm_min_values:
-        return S.few_values.value
+        return FEW_VALUES
     if ns.momentum is not None and ns.momentum >= th.norm_momentum_max:
-        return S.momentum.value
-    return S.normal.value
+        return MOMENTUM
+    return NORMAL
 
 
 def drift_level(ns: NormStats, th: Thresholds) -> float | None:
@@ -109,13 +120,13 @@ def classify_gain(gain: float, first: float | None, past: float | None, keeps: b
     so far); keeps: it is already collapsing (a collapsed gain jitters around 0: it need not fall further). A
     gain is judged on its trend too: one that settled low over a long training is where it learnt to be."""
     if not _finite(gain) or first is None or not first > 0 or past is None:
-        return S.normal.value
+        return NORMAL
     ratio = gain / first
     if ratio < th.norm_gain_collapse and (keeps or gain * th.norm_gain_rise < past):
-        return S.gain_collapse.value
+        return GAIN_COLLAPSE
     if ratio > th.norm_gain_growth and gain > th.norm_gain_rise * past:
-        return S.gain_growth.value
-    return S.normal.value
+        return GAIN_GROWTH
+    return NORMAL
 
 
 class NormObserver(Observer):
@@ -137,17 +148,20 @@ class NormObserver(Observer):
             key = ("norm", root, name)
             state, at = classify_norm(ns, trains, self.th), rec.step
             first, past = self._gain(root, name, ns.gain_rms)
-            if state == S.normal.value and ns.gain_rms is not None and trains:
+            if state == NORMAL and ns.gain_rms is not None and trains:
                 machine = self.board.machines.get(key)
-                keeps = machine is not None and S.gain_collapse.value in (machine.state, machine.cand)
+                keeps = machine is not None and GAIN_COLLAPSE in (machine.state, machine.cand)
                 state = classify_gain(ns.gain_rms, first, past, keeps, self.th)
             level = drift_level(ns, self.th)
-            if state == S.normal.value and level is not None and level > 1:
+            if state == NORMAL and level is not None and level > 1:
                 since = self.drift_since.setdefault((root, name), rec.step)
                 if rec.step - since >= drift_span(ns.momentum, self.th):
-                    state, at = S.drift.value, since  # dated where the run began (see floor)
+                    state, at = DRIFT, since  # dated where the run began (see floor)
             else:
                 self.drift_since.pop((root, name), None)
+            machine = self.board.machines.get(key)
+            if machine is not None and machine.state == state and machine.cand is None:
+                continue  # nothing changes (most layers): no evidence to build
             metrics = {
                 "training": float(ns.training),
                 "trainable": float(ns.trainable),
@@ -164,7 +178,7 @@ class NormObserver(Observer):
                 "first_gain_rms": first,
                 "past_gain_rms": past,
             }
-            self.board.feed(key, S.normal.value, state, at, metrics, ETYPE, SITE, root, name)
+            self.board.feed(key, NORMAL, state, at, metrics, ETYPE, SITE, root, name)
 
     def _gain(self, root: str, name: str, gain: float | None) -> tuple[float | None, float | None]:
         """The gain's first value and its value norm_gain_window samples before (recorded after reading)."""
@@ -178,7 +192,7 @@ class NormObserver(Observer):
 
     def floor(self, now: int) -> int:
         """A drift is dated back to where its run above the limit began (see observe)."""
-        return _runs_floor(self.board, "norm", self.drift_since, S.drift.value, now)
+        return _runs_floor(self.board, "norm", self.drift_since, DRIFT, now)
 
 
 # ---------------------------------------------------------------- rule

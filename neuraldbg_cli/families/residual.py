@@ -28,6 +28,7 @@ S = ResidualState
 ETYPE = EventType.residual_health.value
 SITE = "residual"
 FAULTS = (S.dead_branch.value, S.swamping.value, S.stream_growth.value)
+NORMAL, DEAD_BRANCH = S.normal.value, S.dead_branch.value  # plain strings: compared per block per sampled step
 
 
 def ratio_of(rs: ResidStats) -> float | None:
@@ -50,16 +51,16 @@ def classify_block(ratio: float, past: float | None, trains: bool, th: Threshold
         growing = ratio > th.resid_grow * past if past > 0 else ratio > 0
         if not growing:
             return S.dead_branch.value
-    return S.normal.value
+    return NORMAL
 
 
 def classify_stream(growth: float, first: float | None, samples: int, th: Thresholds) -> str:
     """Pure. growth: RMS after the last block / RMS before the first; first: that at the first sample."""
     if samples < th.resid_window or first is None or not math.isfinite(growth):
-        return S.normal.value
+        return NORMAL
     if growth > th.resid_stream_growth and growth > 2 * first:
         return S.stream_growth.value
-    return S.normal.value
+    return NORMAL
 
 
 class ResidualObserver(Observer):
@@ -85,12 +86,13 @@ class ResidualObserver(Observer):
     def observe(self, rec: StepRecord) -> None:
         if not rec.resid:
             return
-        names = {key for key in rec.resid}
+        # every block's dotted ancestors ("layers" and "layers.3" of "layers.3.mlp"): the stacks of blocks
+        stacks = {(root, name[:i]) for root, name in rec.resid for i, c in enumerate(name) if c == "."}
         by_root: dict[str, list[tuple[str, ResidStats]]] = {}
         for (root, name), rs in rec.resid.items():
             if rec.active is not None and root not in rec.active:
                 continue
-            if any(r == root and n.startswith(name + ".") for r, n in names):
+            if (root, name) in stacks:
                 continue  # a stack of blocks: judged through its blocks
             by_root.setdefault(root, []).append((name, rs))
             ratio = ratio_of(rs)
@@ -105,7 +107,10 @@ class ResidualObserver(Observer):
             else:
                 self.low_since.pop((root, name), None)
             # a dead branch is dated where its ratio fell below the threshold (judged once the trend is known)
-            at = self.low_since.get((root, name), rec.step) if state == S.dead_branch.value else rec.step
+            at = self.low_since.get((root, name), rec.step) if state == DEAD_BRANCH else rec.step
+            machine = self.board.machines.get(("resid", root, name))
+            if machine is not None and machine.state == state and machine.cand is None:
+                continue  # nothing changes (most steps): no evidence to build
             metrics = {
                 "ratio": ratio,
                 "past_ratio": past,
@@ -113,7 +118,7 @@ class ResidualObserver(Observer):
                 "branch_rms": rs.branch_rms,
                 "pre_ln": 1.0 if rs.norm == "pre" else 0.0,
             }
-            self.board.feed(("resid", root, name), S.normal.value, state, at, metrics, ETYPE, SITE, root, name)
+            self.board.feed(("resid", root, name), NORMAL, state, at, metrics, ETYPE, SITE, root, name)
         for root, blocks in by_root.items():
             self._observe_stream(rec.step, root, blocks)
 
@@ -136,9 +141,12 @@ class ResidualObserver(Observer):
         samples += 1
         self.stream[root] = (start, samples)
         state = classify_stream(growth, start, samples, self.th)
+        machine = self.board.machines.get(("resid_stream", root))
+        if machine is not None and machine.state == state and machine.cand is None:
+            return  # nothing changes (most steps): no evidence to build
         metrics = {"growth": growth, "start_growth": start, "blocks": float(len(measured))}
         name = measured[-1][0]
-        self.board.feed(("resid_stream", root), S.normal.value, state, step, metrics, ETYPE, SITE, root, name)
+        self.board.feed(("resid_stream", root), NORMAL, state, step, metrics, ETYPE, SITE, root, name)
 
 
 # ---------------------------------------------------------------- rule

@@ -22,6 +22,15 @@ from neuraldbg_cli.families.base import (
 )
 from neuraldbg_cli.vocab import usual_lr
 
+ETYPE, GRAD_HEALTHY = EventType.parameter_update.value, GradState.healthy.value
+# the states as plain strings (judged per layer per sampled step: an Enum's `.value` is a descriptor call)
+UPDATING, UNCHANGED, OVERSIZED, COLLAPSING = (
+    UpdateState.updating.value,
+    UpdateState.unchanged.value,
+    UpdateState.oversized.value,
+    UpdateState.collapsing.value,
+)
+
 
 class WeightObserver(Observer):
     """Per module, on sampled steps: unchanged = a module that had a gradient at some step since the last
@@ -77,7 +86,7 @@ class WeightObserver(Observer):
                 )
                 shrunk = first > 0 and gs.weight_norm < th.weight_collapse_frac * first
                 machine = self.board.machines.get(key)
-                keeps = machine is not None and UpdateState.collapsing.value in (machine.state, machine.cand)
+                keeps = machine is not None and COLLAPSING in (machine.state, machine.cand)
                 collapsing = shrunk and (gs.weight_norm < last or keeps)
                 if ratio is not None and gs.weight_norm < last:
                     ratio_big = None  # a step that shrinks the weights is a decay, not an oversized lr step
@@ -94,21 +103,24 @@ class WeightObserver(Observer):
                 now = self.last_weights[key] = gs.checksum
                 grad = self.board.grad_since.pop((root, name), None)
                 gmachine = self.board.machines.get(("grad", root, name))
-                grad_ok = gmachine is None or (gmachine.state == GradState.healthy.value and gmachine.cand is None)
+                grad_ok = gmachine is None or (gmachine.state == GRAD_HEALTHY and gmachine.cand is None)
                 if prev is not None and now is not None and grad is not None and now == prev:
                     if not grad_ok:
                         continue  # a vanishing/absent gradient explains still weights better
                     if (root, name) in resting and info is not None and info.in_optimizer:
                         continue  # its optimizer did not step since the last sample: nothing was meant to move it
-                    state = UpdateState.unchanged.value
+                    state = UNCHANGED
                 elif collapsing_model and collapsing:
-                    state = UpdateState.collapsing.value
+                    state = COLLAPSING
                 elif oversized_model and ratio_big is not None and ratio_big > th.update_oversized:
-                    state = UpdateState.oversized.value
+                    state = OVERSIZED
                 elif (prev is not None and now is not None and grad is not None) or ratio:
-                    state = UpdateState.updating.value
+                    state = UPDATING
                 else:
                     continue  # nothing to compare, or nothing pushed it since
+                machine = self.board.machines.get(key)
+                if machine is not None and machine.state == state and machine.cand is None:
+                    continue  # nothing changes (most layers): no evidence to build
                 metrics = {
                     "weight_norm": gs.weight_norm,
                     "first_weight_norm": first,
@@ -116,18 +128,16 @@ class WeightObserver(Observer):
                     "update_norm": gs.update_norm,
                     "update_ratio": ratio,
                     "grad_rms": grad,
-                    "layers_frac": (big if state == UpdateState.oversized.value else small) / len(matrix)
-                    if matrix
-                    else None,
+                    "layers_frac": (big if state == OVERSIZED else small) / len(matrix) if matrix else None,
                     "in_optimizer": float(bool(info and info.in_optimizer)),
                 }
                 self.board.feed(
                     key,
-                    UpdateState.updating.value,
+                    UPDATING,
                     state,
                     rec.step,
                     metrics,
-                    EventType.parameter_update.value,
+                    ETYPE,
                     "weights",
                     root,
                     name,
