@@ -339,16 +339,19 @@ def host_values(tensors: list[torch.Tensor]) -> list[float]:
             else:
                 out.append(t.item())
         return out
-    vectors = [_wide(t.reshape(-1)) for t in tensors if t.dim()]
+    sizes = [t.numel() if t.dim() else -1 for t in tensors]  # -1: a 0-d part
+    vectors = [_wide(t.reshape(-1)) for t, n in zip(tensors, sizes) if n >= 0]
     if not vectors:
         return _scalars_home(tensors)
-    scalars = [t for t in tensors if not t.dim()]
+    scalars = [t for t, n in zip(tensors, sizes) if n < 0]
     try:
         flat = torch.cat([_wide(torch.stack(scalars)), *vectors] if scalars else vectors).tolist()
     except RuntimeError:  # on more than one device
         flat = _scalars_home(scalars) + [v for vec in vectors for v in vec.tolist()]
+    if not scalars:
+        return flat
     head, tail = iter(flat[: len(scalars)]), iter(flat[len(scalars) :])
-    return [v for t in tensors for v in ([next(head)] if not t.dim() else [next(tail) for _ in range(t.numel())])]
+    return [v for n in sizes for v in ([next(head)] if n < 0 else [next(tail) for _ in range(n)])]
 
 
 def _scalars_home(scalars: list[torch.Tensor]) -> list[float]:
