@@ -13,14 +13,8 @@ from typing import NamedTuple
 import torch
 
 from neuraldbg_cli import tensorstats as ts
-from neuraldbg_cli.paramsets import ParamSet, ParamSets
+from neuraldbg_cli.paramsets import SAMPLE_GRADS_OVER, ParamSet, ParamSets
 from neuraldbg_cli.records import StepBuffer
-
-# Between samples a dense gradient over this many elements is read through a 16K-element sample. A sample
-# costs a few extra per-tensor ops outside the fused norm: below ~0.5 MB they cost more than the reading
-# they save (measured: 2 * SAMPLE doubled the norm time of the transformer and the GPT; 8 * SAMPLE left it
-# level there and cut the MLP's 4x)
-SAMPLE_GRADS_OVER = 8 * ts.SAMPLE
 
 
 class UpdateBefore(NamedTuple):
@@ -35,15 +29,6 @@ class UpdateBefore(NamedTuple):
 _STRIDED = torch.strided
 
 
-class _Plan(NamedTuple):
-    """See GradReader._plan."""
-
-    ps: ParamSet
-    sparse: frozenset[int]
-    sharded: bool  # some parameter is a DTensor: read through its local shard (the general way)
-    big: tuple[int, ...]  # parameters whose gradient is read off a sample between samples
-
-
 class _BitViews(NamedTuple):
     ptrs: list[int]  # data_ptr() of each weight when its views were made
     views: list[torch.Tensor | None]
@@ -56,25 +41,23 @@ class GradReader:
         self._sets = sets
         self._views = _BitViews([], [])
         self._samples: dict[int, tuple[tuple[int, int], torch.Tensor]] = {}  # id(weight) -> (data_ptr, numel), view
-        self._plans: dict[int, _Plan] = {}  # id(ParamSet) -> its plan (the plan holds the set: the id stays its)
 
     def norms(self, buf: StepBuffer, ps: ParamSet) -> None:
         """One fused norm over the gradients present that this step has not read yet; a parameter without a
         .grad (or with a sparse one) is simply absent. Between samples a big dense gradient's RMS is read off
         an even sample of it (tensorstats.sample), scaled to the whole tensor. Runs every step: the usual case
         (every gradient there, none read yet, nothing sharded) takes the short way, with what depends only on
-        the parameters (which are big, whether any is sharded) worked out once per parameter set."""
+        the parameters (which are big, whether any is sharded) worked out when the set was built."""
         params, owners = ps.params, ps.owners
         grads: list = [p.grad for p in params]
         dense = all(g is not None and g.layout is _STRIDED for g in grads)
         if dense and grads and buf.covered.isdisjoint(ps.ids):
-            plan = self._plan(ps)
-            if not plan.sharded:
+            if not ps.sharded:
                 buf.covered.update(ps.ids)
                 scale = None
-                if plan.big and not buf.sampled:
+                if ps.big and not buf.sampled:
                     grads, scale = list(grads), [1.0] * len(grads)
-                    for i in plan.big:
+                    for i in ps.big:
                         if grads[i].is_contiguous():
                             part = ts.sample(grads[i].view(-1))
                             scale[i] = math.sqrt(grads[i].numel() / part.numel())
@@ -109,18 +92,6 @@ class GradReader:
         with torch.no_grad():
             norms = ts.norms(grads)
         buf.extend("grad", owners, list(norms), scale)
-
-    def _plan(self, ps: ParamSet) -> _Plan:
-        """What `norms` needs to know of a parameter set beyond its gradients, kept while the set and the
-        sparse parameters are the same objects (ParamSets rebuilds both when the models change)."""
-        sparse = self._sets.sparse()
-        plan = self._plans.get(id(ps))
-        if plan is None or plan.ps is not ps or plan.sparse is not sparse:
-            if len(self._plans) > 64:
-                self._plans.clear()
-            big = tuple(i for i, p in enumerate(ps.params) if p.numel() > SAMPLE_GRADS_OVER and id(p) not in sparse)
-            plan = self._plans[id(ps)] = _Plan(ps, sparse, any(map(ts.is_sharded, ps.params)), big)
-        return plan
 
     def step_stats(self, buf: StepBuffer) -> None:
         """At the end of a step: the gradients no optimizer step read (parameters in no optimizer, a
@@ -182,7 +153,6 @@ class GradReader:
         this too, so one plain assignment)."""
         self._views = _BitViews([], [])
         self._samples = {}
-        self._plans = {}
 
     def _sample_views(self, params: list) -> list[torch.Tensor]:
         """tensorstats.sample() views of each weight's local part, kept while the weight keeps its storage (an

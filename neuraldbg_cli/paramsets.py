@@ -12,16 +12,27 @@ from typing import Any, NamedTuple
 
 import torch
 
+from neuraldbg_cli import tensorstats as ts
 from neuraldbg_cli.registry import Registry
 
 # Module types whose gradient fills only the rows a batch used
 SPARSE_GRADS = {"Embedding", "EmbeddingBag"}
 
 
+# Between samples a dense gradient over this many elements is read through a 16K-element sample. A sample
+# costs a few extra per-tensor ops outside the fused norm: below ~0.5 MB they cost more than the reading
+# they save (measured: 2 * SAMPLE doubled the norm time of the transformer and the GPT; 8 * SAMPLE left it
+# level there and cut the MLP's 4x)
+SAMPLE_GRADS_OVER = 8 * ts.SAMPLE
+
+
 class ParamSet(NamedTuple):
     params: list[torch.Tensor]
     owners: tuple[tuple[str, str], ...]  # (root name, module name) of each parameter
     ids: frozenset[int]  # id() of each, to test coverage without touching the tensors
+    # what reading the gradients needs besides them, worked out once (they are read every step):
+    sharded: bool = False  # some parameter is a DTensor (read through its local shard)
+    big: tuple[int, ...] = ()  # parameters whose dense gradient is read off a sample between samples
 
 
 EMPTY = ParamSet([], (), frozenset())
@@ -94,5 +105,7 @@ class ParamSets:
         self._every = _ByGen(-1, EMPTY)
 
     def _make(self, params: list) -> ParamSet:
-        pinfo = self._reg.pinfo
-        return ParamSet(params, tuple(pinfo[id(p)] for p in params), frozenset(map(id, params)))
+        pinfo, sparse = self._reg.pinfo, self.sparse()
+        big = tuple(i for i, p in enumerate(params) if p.numel() > SAMPLE_GRADS_OVER and id(p) not in sparse)
+        owners = tuple(pinfo[id(p)] for p in params)
+        return ParamSet(params, owners, frozenset(map(id, params)), any(map(ts.is_sharded, params)), big)
