@@ -110,14 +110,15 @@ def norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
 def norm_vector(tensors: list[torch.Tensor]) -> torch.Tensor:
     """`norms` as one 1-d tensor: a step's buffer then holds one part for a set of parameters, not one per
     tensor (each part costs the transfer and the host side a few calls). On the CPU the float32 norms are
-    checked for an overflow with one sum; only then are they recomputed one by one (see `norms`)."""
+    checked with one sum; only when it is not finite (an overflow to inf, or a NaN beside which an inf could
+    hide) are they recomputed one by one (see `norms`)."""
     kind = tensors[0].device.type
     real = all(t.dtype in _FLOATS for t in tensors)
     if kind in WIDE and real:
         return torch.stack(torch._foreach_norm(tensors, 2, dtype=torch.float64))
     if kind == "cpu":
         vec = torch.stack(torch._foreach_norm(tensors))
-        if not vec.is_floating_point() or not math.isinf(vec.sum().item()):
+        if not vec.is_floating_point() or math.isfinite(vec.sum().item()):
             return vec
     return torch.stack([_wide(n) for n in norms(tensors)])
 

@@ -43,3 +43,12 @@ def test_norms_and_sums_of_squares_do_not_overflow():
     assert stats.std == pytest.approx(0.0, abs=1e17) and stats.nonfinite == 0
     ordinary = torch.randn(1000)  # ordinary values: the float32 result, bit for bit
     assert ts.norms([ordinary])[0].item() == torch.linalg.vector_norm(ordinary).item()
+
+
+def test_norm_vector_recomputes_an_overflowed_norm_beside_a_nan():
+    """One sum tells whether a vector of norms needs the per-norm path: a NaN beside an overflowed norm (a blown-up
+    model: one layer NaN, another 1e22) must not hide the overflow."""
+    from neuraldbg_cli import tensorstats as ts
+
+    vec = ts.norm_vector([torch.full((4,), float("nan")), torch.full((100,), 1e22), torch.ones(3)])
+    assert math.isnan(vec[0].item()) and vec[1].item() == pytest.approx(1e23, rel=1e-6) and vec[2].item() == pytest.approx(3 ** 0.5)

@@ -14,10 +14,17 @@ import pytest
 from conftest import ASSETS, cli_env, run_cli
 
 
+def sigint_default():
+    """A child's SIGINT as a terminal's Ctrl-C finds it, even when the test run itself ignores SIGINT (a shell's
+    background job does, and a Python child keeps an ignored SIGINT ignored: it would never see the signal)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(run_dir, *args):
     return subprocess.Popen([sys.executable, "-m", "neuraldbg_cli", "run", "--quiet", "--every", "1", "--run-dir",
                              str(run_dir), str(ASSETS / "zoo_crash.py"), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
+                            preexec_fn=sigint_default)
 
 
 def _wait_for_events(proc, run_dir, n=2, timeout=120):
