@@ -36,8 +36,9 @@ class BackwardWatch:
                 watch._begin()
                 scaled = False
                 try:
-                    scaled = watch._record_loss(tensors)
-                    watch._settle(tensors)
+                    loss = _loss_tensor(tensors)
+                    scaled = watch._record_loss(loss)
+                    watch._settle(loss)
                 except Exception as e:  # noqa: BLE001
                     watch._guard.fault("backward", e)
                 result = original(tensors, *args, **kwargs)
@@ -65,18 +66,16 @@ class BackwardWatch:
 
         return scale
 
-    def _settle(self, tensors: Any) -> None:
-        """The outputs held unchecked since their forward pass (StepBuffer.watch) are cleared by a finite loss;
-        anything else (a non-finite loss, a backward from a non-scalar) checks them."""
+    def _settle(self, t: torch.Tensor | None) -> None:
+        """The outputs held unchecked since their forward pass (StepBuffer.watch) are cleared by a finite loss `t`;
+        anything else (a non-finite loss, a backward from a non-scalar: `t` None) checks them."""
         buf = self._steps.buf
         if buf.held:
-            t = _loss_tensor(tensors)
             buf.settle(t is not None and t.is_cpu and math.isfinite(t.item()))
 
-    def _record_loss(self, tensors: Any) -> bool:
-        """Keep the loss of this backward pass; True when it is a GradScaler-scaled loss, whose unscaled value
-        scale() already kept."""
-        t = _loss_tensor(tensors)
+    def _record_loss(self, t: torch.Tensor | None) -> bool:
+        """Keep the loss `t` of this backward pass (see _loss_tensor); True when it is a GradScaler-scaled loss,
+        whose unscaled value scale() already kept."""
         if t is None:
             return False
         if id(t) in self._scaled:
