@@ -23,6 +23,7 @@ from neuraldbg_cli.families.base import (
     _origin_of,
     _spread_confidence,
     _still,
+    settled,
 )
 from neuraldbg_cli.fixspec import fix
 from neuraldbg_cli.vocab import SATURATING_TYPES, is_norm
@@ -91,8 +92,7 @@ class ActivationObserver(Observer):
             state = classify_activation(s, baseline, self.th, output_layer=module == outputs[root])
             if baseline is None and state == NORMAL and len(base) < n_base and s.std > 0:
                 base.append(s.std)
-            machine = machines.get(key)
-            if machine is not None and machine.state == state and machine.cand is None:
+            if settled(machines, key, state):
                 continue  # nothing changes (most sites): no evidence to build
             metrics = {
                 "mean": s.mean,

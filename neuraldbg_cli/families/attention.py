@@ -18,7 +18,7 @@ from collections import deque
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import AttnState, AttnStats, EventType, Hypothesis, Kind, StepRecord
 from neuraldbg_cli.families.advice import lower_lr
-from neuraldbg_cli.families.base import Board, Context, Family, Observer, _first_by_module, _hyp, _still
+from neuraldbg_cli.families.base import Board, Context, Family, Observer, _first_by_module, _hyp, _still, settled
 
 S = AttnState
 ETYPE = EventType.attention_health.value
@@ -64,8 +64,7 @@ class AttentionObserver(Observer):
                 hist.append(s.max_logit)
             start = self.start.get(key)
             state = classify_attn(s, start, past, self.th)
-            machine = self.board.machines.get(("attn", root, name))
-            if machine is not None and machine.state == state and machine.cand is None:
+            if settled(self.board.machines, ("attn", root, name), state):
                 continue  # nothing changes (most steps): no evidence to build
             metrics = {
                 "max_logit": s.max_logit,

@@ -97,6 +97,13 @@ class Machine:
         return None
 
 
+def settled(machines: dict[tuple, Machine], key: tuple, state: str) -> bool:
+    """The site's machine already holds `state` with nothing pending: feeding it would change nothing, so a
+    family need not build its evidence (most sites, most steps)."""
+    m = machines.get(key)
+    return m is not None and m.state == state and m.cand is None
+
+
 def _rounded(d: dict[str, Any]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for k, v in d.items():

@@ -8,7 +8,7 @@ import statistics
 
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import ActStats, DataState, EventType, Hypothesis, Kind, Origin, StepRecord
-from neuraldbg_cli.families.base import NON_FINITE, Board, Context, Family, Observer, _hyp, _still
+from neuraldbg_cli.families.base import NON_FINITE, Board, Context, Family, Observer, _hyp, _still, settled
 
 ETYPE = EventType.data_anomaly.value
 NORMAL, EXTREME_SCALE, SHIFTED = DataState.normal.value, DataState.extreme_scale.value, DataState.shifted.value
@@ -49,8 +49,7 @@ class DataObserver(Observer):
             state = classify_data(s, baseline, limit, self.th)
             if state == NORMAL and len(base) < self.th.baseline_samples:
                 base.append((s.mean, s.std))
-            machine = self.board.machines.get(key)
-            if machine is not None and machine.state == state and machine.cand is None:
+            if settled(self.board.machines, key, state):
                 continue  # nothing changes (most steps): no evidence to build
             metrics = {"mean": s.mean, "std": s.std, "min": s.min, "max": s.max, "nonfinite": s.nonfinite}
             if baseline:

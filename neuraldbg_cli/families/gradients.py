@@ -29,6 +29,7 @@ from neuraldbg_cli.families.base import (
     _origin_of,
     _spread_confidence,
     _still,
+    settled,
 )
 from neuraldbg_cli.families.causes import RIVAL_WINS
 from neuraldbg_cli.fixspec import fix
@@ -245,8 +246,7 @@ class GradientObserver(Observer):
                     ref_median = statistics.median(matrix) if matrix else 0.0
                 if rms >= ref_median * th.baseline_peer_ratio:
                     base.append(rms)
-            machine = machines.get(key)
-            if machine is not None and machine.state == state and machine.cand is None:
+            if settled(machines, key, state):
                 continue  # nothing changes (most layer-steps): no evidence to build
             if ref_median is None:
                 ref_median = statistics.median(matrix) if matrix else 0.0
@@ -281,8 +281,7 @@ class GradientObserver(Observer):
         fade = self.fades.setdefault(root, ModelFade())
         state, onset = fade.judge(rec.step, norm, loss, self.th)
         key = ("grad", root, None)
-        machine = self.board.machines.get(key)
-        if machine is not None and machine.state == state and machine.cand is None:
+        if settled(self.board.machines, key, state):
             return
         level = statistics.median(fade.early)
         metrics: dict[str, float | None] = {

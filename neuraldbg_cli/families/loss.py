@@ -18,7 +18,7 @@ from neuraldbg_cli.families.advice import (
     postln_warmup,
     postln_warmup_fix,
 )
-from neuraldbg_cli.families.base import NON_FINITE, Board, Context, Event, Family, Observer, _evidence, _hyp
+from neuraldbg_cli.families.base import NON_FINITE, Board, Context, Event, Family, Observer, _evidence, _hyp, settled
 from neuraldbg_cli.families.loss_model import DIVERGING, NORMAL, LossSeries
 from neuraldbg_cli.fixspec import fix
 from neuraldbg_cli.vocab import SOFTMAX_TYPES
@@ -81,8 +81,7 @@ class LossObserver(Observer):
                 self.main_series = series
         series.alone = series.alone and alone
         state, onset = series.observe(step, loss)
-        machine = self.board.machines.get(key)
-        if machine is not None and machine.state == state and machine.cand is None:
+        if settled(self.board.machines, key, state):
             return  # nothing changes (most steps): no evidence to build
         # a state dated back (a rise's change point, a plateau's stretch) begins no earlier than the last one
         onset = max(0, onset, self.board.since.get(key, 0))

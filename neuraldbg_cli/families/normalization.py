@@ -47,6 +47,7 @@ from neuraldbg_cli.families.base import (
     _hyp,
     _runs_floor,
     _still,
+    settled,
 )
 from neuraldbg_cli.fixspec import fix
 
@@ -159,8 +160,7 @@ class NormObserver(Observer):
                     state, at = DRIFT, since  # dated where the run began (see floor)
             else:
                 self.drift_since.pop((root, name), None)
-            machine = self.board.machines.get(key)
-            if machine is not None and machine.state == state and machine.cand is None:
+            if settled(self.board.machines, key, state):
                 continue  # nothing changes (most layers): no evidence to build
             metrics = {
                 "training": float(ns.training),

@@ -22,7 +22,17 @@ from typing import Any
 
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import EventType, Hypothesis, Kind, ResidStats, ResidualState, StepRecord
-from neuraldbg_cli.families.base import Board, Context, Family, Observer, _first_by_module, _hyp, _runs_floor, _still
+from neuraldbg_cli.families.base import (
+    Board,
+    Context,
+    Family,
+    Observer,
+    _first_by_module,
+    _hyp,
+    _runs_floor,
+    _still,
+    settled,
+)
 
 S = ResidualState
 ETYPE = EventType.residual_health.value
@@ -108,8 +118,7 @@ class ResidualObserver(Observer):
                 self.low_since.pop((root, name), None)
             # a dead branch is dated where its ratio fell below the threshold (judged once the trend is known)
             at = self.low_since.get((root, name), rec.step) if state == DEAD_BRANCH else rec.step
-            machine = self.board.machines.get(("resid", root, name))
-            if machine is not None and machine.state == state and machine.cand is None:
+            if settled(self.board.machines, ("resid", root, name), state):
                 continue  # nothing changes (most steps): no evidence to build
             metrics = {
                 "ratio": ratio,
@@ -141,8 +150,7 @@ class ResidualObserver(Observer):
         samples += 1
         self.stream[root] = (start, samples)
         state = classify_stream(growth, start, samples, self.th)
-        machine = self.board.machines.get(("resid_stream", root))
-        if machine is not None and machine.state == state and machine.cand is None:
+        if settled(self.board.machines, ("resid_stream", root), state):
             return  # nothing changes (most steps): no evidence to build
         metrics = {"growth": growth, "start_growth": start, "blocks": float(len(measured))}
         name = measured[-1][0]

@@ -19,6 +19,7 @@ from neuraldbg_cli.families.base import (
     _origin_of,
     _spread_confidence,
     _still,
+    settled,
 )
 from neuraldbg_cli.vocab import usual_lr
 
@@ -118,8 +119,7 @@ class WeightObserver(Observer):
                     state = UPDATING
                 else:
                     continue  # nothing to compare, or nothing pushed it since
-                machine = self.board.machines.get(key)
-                if machine is not None and machine.state == state and machine.cand is None:
+                if settled(self.board.machines, key, state):
                     continue  # nothing changes (most layers): no evidence to build
                 metrics = {
                     "weight_norm": gs.weight_norm,
