@@ -70,7 +70,7 @@ class BackwardWatch:
         """The outputs held unchecked since their forward pass (StepBuffer.watch) are cleared by a finite loss `t`;
         anything else (a non-finite loss, a backward from a non-scalar: `t` None) checks them."""
         buf = self._steps.buf
-        if buf.held:
+        if buf.held or buf.unchecked:
             buf.settle(t is not None and t.is_cpu and math.isfinite(t.item()))
 
     def _record_loss(self, t: torch.Tensor | None) -> bool:

@@ -134,7 +134,7 @@ class GradReader:
     def update(self, before: UpdateBefore) -> None:
         """After the optimizer step: see before_update."""
         with torch.no_grad():
-            after = [v.float() for v in self._sample_views(before.params)]
+            after = [v if v.dtype is torch.float32 else v.float() for v in self._sample_views(before.params)]
             keep = [i for i, (a, b) in enumerate(zip(after, before.samples)) if a.shape == b.shape]
             if not keep:
                 return

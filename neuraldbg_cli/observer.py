@@ -281,9 +281,11 @@ class ForwardObserver:
         if t is not None and t.numel() > 0 and (act or t is not prev_out):  # in-place activations: same tensor
             key = (root.name, layer, "activation") if act and layer is not None else out_key
             if (kind == PARAMS and not flags & CHEAP_ONLY) or (act and buf.sampled):
-                # an activation's units lie where the layer it follows puts them
-                axis = ts.unit_axis_flags(getattr(root.modules.get(layer), "type", None)) if act and layer else 0
-                self._add_once(key, t, flags | axis)
+                if buf.sampled:  # an activation's units lie where the layer it follows puts them
+                    axis = ts.unit_axis_flags(getattr(root.modules.get(layer), "type", None)) if act and layer else 0
+                    self._add_once(key, t, flags | axis)
+                else:  # (what _add_once does between samples, without the calls: every module, every step)
+                    buf.watch(key, t)
             elif kind == OTHER or prev_out is None or first_float(args) is not prev_out:
                 buf.watch(key, t)  # no statistics of its own, but a NaN made here is seen here
             # else: finite-preserving and fed the output just checked, so no NaN can start here. Also a
@@ -317,6 +319,6 @@ class ForwardObserver:
         if buf.sampled and key not in buf.seen and not flags & CHEAP_ONLY:
             buf.seen.add(key)
             values, lay = ts.full(x, flags)
-            buf.extend("full", key, values, lay)
+            buf.add_full(key, values, lay, x)
         else:
             buf.watch(key, x)

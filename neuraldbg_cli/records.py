@@ -60,6 +60,7 @@ class StepBuffer:
         "stepped",
         "held",
         "_held_n",
+        "unchecked",
         "_check_at",
     )
 
@@ -82,6 +83,7 @@ class StepBuffer:
         self.norm_train: dict[tuple, int] = {}  # norm layers (root, module) -> their training-mode calls this step
         self.held: list[tuple[tuple, torch.Tensor]] = []  # CPU outputs awaiting their loss (see watch)
         self._held_n = 0
+        self.unchecked: list[tuple[int, torch.Tensor]] = []  # CPU sites' float32 sums awaiting `check_sums`
 
     def watch(self, key: tuple, t: torch.Tensor) -> None:
         """A NaN/Inf made at `key` must be seen and named. Off the CPU the check is one reduction queued on the
@@ -102,10 +104,29 @@ class StepBuffer:
     def settle(self, finite: bool) -> None:
         """The loss of the held outputs' forward pass is known: finite drops them unchecked, else each is checked
         (so the first module that made a NaN/Inf is named, as if checked at its call)."""
+        self.check_sums()
         held, self.held, self._held_n = self.held, [], 0
         if not finite:
             for key, t in held:
                 self.check(key, ts.cheap(t))
+
+    def add_full(self, key: tuple, values: list[torch.Tensor], lay: Any, x: torch.Tensor) -> None:
+        """A site's `tensorstats.full(x)` values. On the CPU its float32 sum and sum of squares are checked for
+        overflow once for all sites of the step (`check_sums`, when the loss is known or the step closes),
+        not with two reads per site; `x` is held until then, as `watch` holds outputs."""
+        if x.is_cpu and not lay.flags & ts.EXACT:
+            self.unchecked.append((len(self.parts), x))
+        self.extend("full", key, values, lay)
+
+    def check_sums(self) -> None:
+        """Recompute in float64 the sites' sums that overflowed float32 (see add_full)."""
+        if not self.unchecked:
+            return
+        unchecked, self.unchecked = self.unchecked, []
+        parts = self.parts
+        for j in ts.overflowed([(parts[i], parts[i + 1]) for i, _ in unchecked]):
+            i, x = unchecked[j]
+            parts[i], parts[i + 1] = ts.wide_sums(x)
 
     def check(self, key: tuple, t: torch.Tensor) -> None:
         """A cheap non-finite check. Past MAX_CHECKS (forwards without a step closing: grad-enabled evaluation,
@@ -217,6 +238,7 @@ def to_records(pending: list[StepBuffer], grads_observed: bool) -> list[StepReco
     fault) no step counts as sampled: it would read as "no gradient anywhere"."""
     tensors: list[torch.Tensor] = []
     for buf in pending:
+        buf.check_sums()
         for series, loss in buf.losses.items():
             buf.add("loss", series, loss.reshape(()))
         tensors.extend(buf.parts)

@@ -124,13 +124,28 @@ def norm_vector(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _sum_and_squares(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sum and sum of squares of a float32 vector, overflow-safe as `norms`."""
+    """Sum and sum of squares of a float32 vector, overflow-safe as `norms`; on the CPU only once
+    `overflowed` has checked the float32 pair (the caller keeps `flat` for it)."""
     if flat.device.type in WIDE:
         return flat.sum(dtype=torch.float64), torch.linalg.vector_norm(flat, dtype=torch.float64).square()
-    s, sq = flat.sum(), torch.dot(flat, flat)
-    if flat.is_cpu and math.isinf(sq.item() + s.item()):  # NaN: the values hold one (or +inf and -inf)
-        s, sq = flat.sum(dtype=torch.float64), torch.linalg.vector_norm(flat, dtype=torch.float64).square()
-    return s, sq
+    return flat.sum(), torch.dot(flat, flat)
+
+
+def wide_sums(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_sum_and_squares` of `x`'s values accumulated in float64: for a float32 pair that overflowed (see
+    `overflowed`)."""
+    flat = x.detach().reshape(-1)
+    flat = flat if flat.dtype is torch.float32 else flat.float()
+    return flat.sum(dtype=torch.float64), torch.linalg.vector_norm(flat, dtype=torch.float64).square()
+
+
+def overflowed(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[int]:
+    """Which CPU (sum, sum of squares) pairs of `full` hold an inf: to be recomputed with `wide_sums` (a NaN
+    is not: only NaN values make one). All pairs of a step are read in one stack, not two reads per site."""
+    if not pairs:
+        return []
+    vals = torch.stack([t for pair in pairs for t in pair]).tolist()
+    return [i for i in range(len(pairs)) if math.isinf(vals[2 * i] + vals[2 * i + 1])]
 
 
 def _norm(flat: torch.Tensor) -> torch.Tensor:
@@ -161,7 +176,8 @@ def full(x: torch.Tensor, flags: int) -> tuple[list[torch.Tensor], Layout]:
     """Raw sums behind ActStats as 0-d device tensors; `act_stats` finishes them on the host. The std is
     one pass (sum of squares: relative error about 1e-7*(mean/std)^2, under 1% while |mean| < 300*std)
     except for input data (EXACT: two-pass, centred), where a large offset is common. Non-finite values
-    show in min/max; input data also gets their exact count."""
+    show in min/max; input data also gets their exact count. On the CPU, the first two values of a site
+    that is not EXACT are float32 sums still to be checked for overflow (StepBuffer.add_full)."""
     x = x.detach()
     if x.dtype != torch.float32:
         x = x.float()

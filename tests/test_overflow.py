@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from neuraldbg_cli import tensorstats as ts
+from neuraldbg_cli.records import StepBuffer
 from tests.conftest import explain_json, run_cli
 
 ASSET = Path(__file__).parent / "assets" / "huge_but_finite.py"
@@ -35,9 +36,16 @@ def test_norms_and_sums_of_squares_do_not_overflow():
     n = ts.host_values(ts.norms([big, half, torch.tensor([1.0, math.inf]), torch.tensor([math.nan])]))
     assert n[0] == pytest.approx(1e23 * 1000**0.5, rel=1e-6) and n[1] == pytest.approx(3000 * 1000**0.5, rel=1e-3)
     assert n[2] == math.inf and math.isnan(n[3])
-    values, lay = ts.full(big.view(10, 100), ts.DEAD)
-    stats = ts.act_stats(ts.host_values(values), lay)
+    # on the CPU a site's float32 sums are checked once per step, for all sites (StepBuffer.check_sums)
+    buf = StepBuffer(0, True)
+    for x in (big.view(10, 100), torch.ones(10, 100)):
+        values, lay = ts.full(x, ts.DEAD)
+        buf.add_full(("m", "layer", "activation"), values, lay, x)
+    assert math.isinf(buf.parts[1].item())  # the float32 sum of squares overflowed, not yet checked
+    buf.check_sums()
+    stats = ts.act_stats(ts.host_values(buf.parts[: len(values)]), lay)
     assert stats.mean == pytest.approx(1e23, rel=1e-6) and stats.nonfinite == 0.0 and math.isfinite(stats.std)
+    assert buf.parts[len(values)].dtype is torch.float32  # a site that did not overflow keeps its float32 sums
     values, lay = ts.full(big, ts.EXACT)
     stats = ts.act_stats(ts.host_values(values), lay)
     assert stats.std == pytest.approx(0.0, abs=1e17) and stats.nonfinite == 0
