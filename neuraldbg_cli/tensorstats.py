@@ -110,7 +110,7 @@ def norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
 def norm_vector(tensors: list[torch.Tensor]) -> torch.Tensor:
     """`norms` as one 1-d tensor: a step's buffer then holds one part for a set of parameters, not one per
     tensor (each part costs the transfer and the host side a few calls). On the CPU the float32 norms are
-    checked with one sum; only when it is not finite (an overflow to inf, or a NaN beside which an inf could
+    checked with one read (their sum on the host); only when it is not finite (an overflow to inf, or a NaN beside which an inf could
     hide) are they recomputed one by one (see `norms`)."""
     kind = tensors[0].device.type
     real = all(t.dtype in _FLOATS for t in tensors)
@@ -118,7 +118,7 @@ def norm_vector(tensors: list[torch.Tensor]) -> torch.Tensor:
         return torch.stack(torch._foreach_norm(tensors, 2, dtype=torch.float64))
     if kind == "cpu":
         vec = torch.stack(torch._foreach_norm(tensors))
-        if not vec.is_floating_point() or math.isfinite(vec.sum().item()):
+        if not vec.is_floating_point() or math.isfinite(sum(vec.tolist())):
             return vec
     return torch.stack([_wide(n) for n in norms(tensors)])
 
@@ -336,7 +336,7 @@ def _fold(x: torch.Tensor) -> torch.Tensor:
 
 def _wide(t: torch.Tensor) -> torch.Tensor:
     """float32, or float64 for a float64 part (an overflow-safe statistic beyond float32's range stays finite)."""
-    return t if t.dtype is torch.float64 else t.float()
+    return t if t.dtype is torch.float32 or t.dtype is torch.float64 else t.float()
 
 
 FEW_PARTS = 8
@@ -352,7 +352,7 @@ def host_values(tensors: list[torch.Tensor]) -> list[float]:
         for t in tensors:
             t = _wide(t)
             if t.dim():
-                out.extend(t.reshape(-1).tolist())
+                out.extend((t if t.dim() == 1 else t.reshape(-1)).tolist())
             else:
                 out.append(t.item())
         return out
