@@ -21,9 +21,19 @@ class UpdateBefore(NamedTuple):
     """What `GradReader.before_update` keeps of a sampled optimizer step, for `update` after it."""
 
     buf: StepBuffer  # the step it belongs to
-    params: list
+    ps: ParamSet
+    views: list[torch.Tensor]  # the sample views the copies were taken from
+    samples: list[torch.Tensor]  # fp32 copies of an even sample of each parameter (ParamSet.moved)
+
+
+class _Samples(NamedTuple):
+    """Sample views of a set's `moved` weights (kept in ParamSet.kept while each keeps its storage)."""
+
+    ptrs: list[int]  # data_ptr() of each weight when its view was made
+    views: list[torch.Tensor]
+    params: list[torch.Tensor]
     owners: tuple
-    samples: list[torch.Tensor]  # fp32 copies of an even sample of each parameter
+    scale: list[float] | None  # per view, the factor from the sample's norm to the whole tensor's; None: all 1
 
 
 _STRIDED = torch.strided
@@ -40,7 +50,6 @@ class GradReader:
     def __init__(self, sets: ParamSets) -> None:
         self._sets = sets
         self._views = _BitViews([], [])
-        self._samples: dict[int, tuple[tuple[int, int], torch.Tensor]] = {}  # id(weight) -> (data_ptr, numel), view
 
     def norms(self, buf: StepBuffer, ps: ParamSet) -> None:
         """One fused norm over the gradients present that this step has not read yet; a parameter without a
@@ -117,53 +126,52 @@ class GradReader:
         norm of the change one optimizer step makes, measured on sampled steps. Before the step: an fp32 copy
         of an even sample of each parameter (tensorstats.sample: whole when small); `update` subtracts it from
         the same sample after the step and scales the norm to the whole tensor as a gradient sample's is. Large
-        sparse-gradient parameters (embeddings) are left out: a sample could miss every row a step moved."""
-        sparse = self._sets.sparse()
-        keep = [
-            i for i, p in enumerate(ps.params) if (p.numel() <= 2 * ts.SAMPLE or id(p) not in sparse) and ts.holds(p)
-        ]
-        params = [ps.params[i] for i in keep]
+        sparse-gradient parameters (embeddings) are left out (ParamSet.moved)."""
         with torch.no_grad():  # of a sharded parameter, the local shard: the scale in `update` takes it to the whole
-            views = self._sample_views(params)
+            views = self._samples(ps).views
             if views and all(v.dtype is torch.float32 for v in views):
                 samples = list(torch._foreach_mul(views, 1.0))  # fp32 copies in one call (x * 1.0 is x exactly)
             else:
                 samples = [v.to(torch.float32, copy=True) for v in views]
-        return UpdateBefore(buf, params, tuple(ps.owners[i] for i in keep), samples)
+        return UpdateBefore(buf, ps, views, samples)
 
     def update(self, before: UpdateBefore) -> None:
         """After the optimizer step: see before_update."""
+        found = self._samples(before.ps)
+        scale, owners, samples = found.scale, found.owners, before.samples
         with torch.no_grad():
-            after = [v if v.dtype is torch.float32 else v.float() for v in self._sample_views(before.params)]
-            keep = [i for i, (a, b) in enumerate(zip(after, before.samples)) if a.shape == b.shape]
-            if not keep:
+            after = [v if v.dtype is torch.float32 else v.float() for v in found.views]
+            if found.views is not before.views:  # a weight got new storage during the step (`p.data = ...`)
+                keep = [i for i, (a, b) in enumerate(zip(after, samples)) if a.shape == b.shape]
+                after, samples = [after[i] for i in keep], [samples[i] for i in keep]
+                owners = tuple(owners[i] for i in keep)
+                scale = [scale[i] for i in keep] if scale is not None else None
+            if not after:
                 return
-            diffs = torch._foreach_sub([after[i] for i in keep], [before.samples[i] for i in keep])
-            norms = ts.norm_vector(list(diffs))
-        scale = [math.sqrt(before.params[i].numel() / before.samples[i].numel()) for i in keep]
-        before.buf.add(
-            "update",
-            tuple(before.owners[i] for i in keep),
-            norms,
-            scale if any(f != 1.0 for f in scale) else None,
-        )
+            norms = ts.norm_vector(list(torch._foreach_sub(after, samples)))
+        before.buf.add("update", owners, norms, scale)
 
     def forget(self) -> None:
         """Drop the weights' views (a model died: nothing here may keep its memory; a weakref callback calls
         this too, so one plain assignment)."""
         self._views = _BitViews([], [])
-        self._samples = {}
 
-    def _sample_views(self, params: list) -> list[torch.Tensor]:
-        """tensorstats.sample() views of each weight's local part, kept while the weight keeps its storage (an
-        optimizer updates in place; building a view costs several ops per parameter, on every sampled step)."""
-        cache, out = self._samples, []
-        for p in params:
-            found, at = cache.get(id(p)), (p.data_ptr(), p.numel())
-            if found is None or found[0] != at:
-                found = cache[id(p)] = (at, ts.sample(ts.local(p).detach().reshape(-1)))
-            out.append(found[1])
-        return out
+    def _samples(self, ps: ParamSet) -> _Samples:
+        """tensorstats.sample() views of each `moved` weight's local part, kept in the set while every weight keeps
+        its storage (an optimizer updates in place; building a view costs several ops per parameter, on every
+        sampled step)."""
+        params = ps.params
+        ptrs = [params[i].data_ptr() for i in ps.moved]
+        found = ps.kept.get("samples")
+        if found is None or found.ptrs != ptrs:
+            kept = [params[i] for i in ps.moved]
+            views = [ts.sample(ts.local(p).detach().reshape(-1)) for p in kept]
+            scale = [math.sqrt(p.numel() / v.numel()) for p, v in zip(kept, views)]
+            owners = tuple(ps.owners[i] for i in ps.moved)
+            found = ps.kept["samples"] = _Samples(
+                ptrs, views, kept, owners, scale if any(f != 1.0 for f in scale) else None
+            )
+        return found
 
     def _bit_views(self, params: list) -> list[torch.Tensor | None]:
         """ts.bit_views() of every weight, kept while each weight keeps its storage (building them costs

@@ -22,6 +22,8 @@ from neuraldbg_cli.records import Outbox, StepBuffer, Steps
 from neuraldbg_cli.rootfinder import RootFinder
 from neuraldbg_cli.stepclock import CLOSE, READ, StepClock
 
+RESCAN_EVERY = 10  # steps between re-scans for unfrozen parameters (the default schedule's sampling period)
+
 
 def _has_grads(obj: Any) -> bool:
     """Whether a module's or optimizer's parameters hold any gradient (zero_grad would discard it)."""
@@ -53,6 +55,7 @@ class StepPacer:
         self._closure = False  # the optimizer step under way was given a closure: read gradients after it
         self._before: UpdateBefore | None = None  # of the sampled optimizer step under way
         self._series = ""  # loss series of the leading optimizer: losses no optimizer step took go there
+        self._rescanned = 0  # the last step whose close re-scanned the models for new parameters
 
     # ---- optimizer steps ----
 
@@ -221,7 +224,9 @@ class StepPacer:
         if buf.held:  # outputs of a forward pass no backward pass followed (an evaluation with gradients on)
             buf.settle(False)
         buf.assign_loss(self._series)
-        if buf.sampled and "rescan" not in off:  # parameters unfrozen since: a sampled step is often enough
+        # parameters unfrozen since: a sampled step is often enough, and after the first RESCAN_EVERY steps one
+        # in RESCAN_EVERY (the walk over every module is a sampled step's largest Python cost under --every 1)
+        if buf.sampled and "rescan" not in off and self._rescan_due(buf.step):
             try:
                 for root in self._finder.live:
                     self._finder.rescan(root)
@@ -233,6 +238,14 @@ class StepPacer:
             except Exception as e:  # noqa: BLE001
                 self._guard.fault("grads", e)
         self._outbox.put(buf)
+
+    def _rescan_due(self, step: int) -> bool:
+        if step < RESCAN_EVERY:
+            return True
+        if step < self._rescanned + RESCAN_EVERY:
+            return False
+        self._rescanned = step
+        return True
 
     def _idle_tail(self, buf: StepBuffer) -> bool:
         """After training, a last step that no optimizer step completes is no training step: one that only saw

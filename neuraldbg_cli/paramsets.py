@@ -33,6 +33,9 @@ class ParamSet(NamedTuple):
     # what reading the gradients needs besides them, worked out once (they are read every step):
     sharded: bool = False  # some parameter is a DTensor (read through its local shard)
     big: tuple[int, ...] = ()  # parameters whose dense gradient is read off a sample between samples
+    moved: tuple[int, ...] = ()  # parameters whose update sampled steps measure (see GradReader.before_update)
+    # what the GradReader keeps of this set between steps (views of its weights: they die with the set)
+    kept: dict[str, Any] = {}  # (EMPTY's stays empty: _make gives every set its own)
 
 
 EMPTY = ParamSet([], (), frozenset())
@@ -107,5 +110,11 @@ class ParamSets:
     def _make(self, params: list) -> ParamSet:
         pinfo, sparse = self._reg.pinfo, self.sparse()
         big = tuple(i for i, p in enumerate(params) if p.numel() > SAMPLE_GRADS_OVER and id(p) not in sparse)
+        # a large sparse-gradient parameter (an embedding) is left out of the update: a sample could miss every
+        # row a step moved; so is a shard this process holds nothing of
+        moved = tuple(
+            i for i, p in enumerate(params) if (p.numel() <= 2 * ts.SAMPLE or id(p) not in sparse) and ts.holds(p)
+        )
         owners = tuple(pinfo[id(p)] for p in params)
-        return ParamSet(params, owners, frozenset(map(id, params)), any(map(ts.is_sharded, params)), big)
+        sharded = any(map(ts.is_sharded, params))
+        return ParamSet(params, owners, frozenset(map(id, params)), sharded, big, moved, {})

@@ -245,3 +245,28 @@ def test_an_evaluation_with_gradients_on_is_checked_when_the_step_closes():
             opt.step()
         model(x)  # a last forward with gradients on and no backward (call 14 makes Inf)
     assert "1" in _nonfinite_sites(rec, rec.records[-1].step)
+
+
+
+def test_a_layer_unfrozen_midway_joins_within_ten_steps():
+    """Staged fine-tuning: parameters unfrozen after the model was first seen join at the next re-scan, a
+    sampled step, and after the first 10 steps at most one in 10 (pacer.RESCAN_EVERY): under --every 1 that
+    is 10 times fewer walks over the model than sampled steps."""
+    for every, unfreeze in ((1, 23), (10, 23), (1, 5)):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+        model[0].requires_grad_(False)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)  # it holds the frozen layer too: SGD skips it
+        x = torch.randn(64, 4)
+        with Recorder(every=every) as r:
+            for step in range(40):
+                if step == unfreeze:
+                    model[0].requires_grad_(True)
+                opt.zero_grad()
+                nn.functional.mse_loss(model(x), x.sum(1, keepdim=True)).backward()
+                opt.step()
+        first = min(rec.step for rec in r.records if ("Sequential", "0") in rec.grads)
+        assert unfreeze <= first <= max(unfreeze, 9) + 10 and first <= 33, (every, unfreeze, first)
+        assert ("Sequential", "2") in r.records[0].grads  # trainable from the start
+        if unfreeze < 10:  # every step of the first 10 re-scans
+            assert first == unfreeze
