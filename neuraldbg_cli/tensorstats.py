@@ -357,7 +357,7 @@ def host_values(tensors: list[torch.Tensor]) -> list[float]:
                 out.append(t.item())
         return out
     sizes = [t.numel() if t.dim() else -1 for t in tensors]  # -1: a 0-d part
-    vectors = [_wide(t.reshape(-1)) for t, n in zip(tensors, sizes) if n >= 0]
+    vectors = [_wide(t if t.dim() == 1 else t.reshape(-1)) for t, n in zip(tensors, sizes) if n >= 0]
     if not vectors:
         return _scalars_home(tensors)
     scalars = [t for t, n in zip(tensors, sizes) if n < 0]
@@ -367,8 +367,15 @@ def host_values(tensors: list[torch.Tensor]) -> list[float]:
         flat = _scalars_home(scalars) + [v for vec in vectors for v in vec.tolist()]
     if not scalars:
         return flat
-    head, tail = iter(flat[: len(scalars)]), iter(flat[len(scalars) :])
-    return [v for n in sizes for v in ([next(head)] if n < 0 else [next(tail) for _ in range(n)])]
+    out, head, tail = [], 0, len(scalars)  # back in the parts' order: the scalars came first, then the vectors
+    for n in sizes:
+        if n < 0:
+            out.append(flat[head])
+            head += 1
+        else:
+            out.extend(flat[tail : tail + n])
+            tail += n
+    return out
 
 
 def _scalars_home(scalars: list[torch.Tensor]) -> list[float]:

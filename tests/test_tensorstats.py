@@ -101,3 +101,20 @@ def test_dead_units_are_channels_after_a_conv_and_features_after_a_linear():
     assert _dead_frac(z, "Linear") == (0.5, 8)
     assert _dead_frac(z, "Conv1D") == (0.5, 8)  # HF GPT-2's Conv1D is a Linear: features last
     assert _dead_frac(y3, None) == (0.75, 8)  # an unknown layer: an image-like map's channels are dim 1
+
+
+def test_host_values_keep_the_parts_order_whatever_their_mix():
+    """0-d parts are stacked and 1-d ones appended in the one transfer; the values come back in the parts' order."""
+    import random
+
+    rng = random.Random(0)
+    for _ in range(100):
+        parts, expect = [], []
+        for _ in range(rng.randint(1, 30)):  # over FEW_PARTS mostly: the stacked path
+            if rng.random() < 0.6:
+                t = torch.tensor(rng.random())
+            else:
+                t = torch.rand(rng.randint(1, 5), *([1] if rng.random() < 0.5 else []))
+            parts.append(t)
+            expect += t.reshape(-1).tolist()
+        assert ts.host_values(parts) == expect
