@@ -8,6 +8,7 @@ gives the factor that takes a shard's norm to the whole tensor's."""
 from __future__ import annotations
 
 import math
+import operator
 from typing import NamedTuple
 
 import torch
@@ -37,6 +38,8 @@ class _Samples(NamedTuple):
 
 
 _STRIDED = torch.strided
+_DENSE = {torch.strided}
+_GRAD, _LAYOUT = operator.attrgetter("grad"), operator.attrgetter("layout")
 
 
 class _BitViews(NamedTuple):
@@ -58,9 +61,12 @@ class GradReader:
         (every gradient there, none read yet, nothing sharded) takes the short way, with what depends only on
         the parameters (which are big, whether any is sharded) worked out when the set was built."""
         params, owners = ps.params, ps.owners
-        grads: list = [p.grad for p in params]
-        dense = all(g is not None and g.layout is _STRIDED for g in grads)
-        if dense and grads and buf.covered.isdisjoint(ps.ids):
+        grads: list = list(map(_GRAD, params))  # (map and set: no Python frame per parameter, every step)
+        try:
+            dense = set(map(_LAYOUT, grads)) == _DENSE
+        except AttributeError:  # a parameter without a gradient (None)
+            dense = False
+        if dense and buf.covered.isdisjoint(ps.ids):
             if not ps.sharded:
                 buf.covered.update(ps.ids)
                 scale = None

@@ -31,6 +31,7 @@ from neuraldbg_cli.rootfinder import RootFinder
 from neuraldbg_cli.roots import OTHER, PARAMS, Root, first_float
 from neuraldbg_cli.tensorstats import CHEAP_ONLY, DEAD, EXACT, SAT
 
+_STRIDED = torch.strided
 # torch's global module hook dicts (what `_has_any_global_hook` reads)
 _GLOBAL_MODULE_HOOKS = (
     "_global_forward_pre_hooks",
@@ -120,7 +121,8 @@ class ForwardObserver:
             except Exception as e:  # noqa: BLE001
                 st.attn = None
                 self._guard.fault("attention", e)
-        st.depth = max(0, st.depth - 1)
+        depth = st.depth - 1
+        st.depth = depth if depth > 0 else 0
         root = st.root
         if "forward" not in self._off:
             try:
@@ -276,7 +278,10 @@ class ForwardObserver:
             if x is not None and x is not prev_out and x.numel() > 0:  # its units: where this layer reads them
                 axis = ts.unit_axis_flags(type(module).__name__)
                 self._add_once((root.name, layer, "activation"), x, DEAD | SAT | axis)
-        t = first_float(output)
+        if isinstance(output, torch.Tensor):  # (first_float's usual case inline: every module, every step)
+            t = output if output.is_floating_point() and output.layout is _STRIDED else None
+        else:
+            t = first_float(output)
         act = flags & (DEAD | SAT)  # an activation function
         if t is not None and t.numel() > 0 and (act or t is not prev_out):  # in-place activations: same tensor
             key = (root.name, layer, "activation") if act and layer is not None else out_key
