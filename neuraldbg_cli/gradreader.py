@@ -32,7 +32,6 @@ class _Samples(NamedTuple):
 
     ptrs: list[int]  # data_ptr() of each weight when its view was made
     views: list[torch.Tensor]
-    params: list[torch.Tensor]
     owners: tuple
     scale: list[float] | None  # per view, the factor from the sample's norm to the whole tensor's; None: all 1
 
@@ -174,9 +173,7 @@ class GradReader:
             views = [ts.sample(ts.local(p).detach().reshape(-1)) for p in kept]
             scale = [math.sqrt(p.numel() / v.numel()) for p, v in zip(kept, views)]
             owners = tuple(ps.owners[i] for i in ps.moved)
-            found = ps.kept["samples"] = _Samples(
-                ptrs, views, kept, owners, scale if any(f != 1.0 for f in scale) else None
-            )
+            found = ps.kept["samples"] = _Samples(ptrs, views, owners, scale if any(f != 1.0 for f in scale) else None)
         return found
 
     def _bit_views(self, params: list) -> list[torch.Tensor | None]:
