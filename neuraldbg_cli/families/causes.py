@@ -44,18 +44,31 @@ def _opponent_wins(h: Hypothesis) -> bool:
     )
 
 
+def _eval_only(e: dict) -> bool:
+    """A normalisation finding that only eval mode reads: a drift of the running statistics, or running
+    statistics turned non-finite in a layer that runs in training mode (it normalises each batch by the batch's
+    own statistics and only writes the running ones)."""
+    return e.get("to") == "drift" or (e.get("to") == "poisoned" and e.get("training") == 1.0)
+
+
 def _acts_in_training(h: Hypothesis) -> bool:
-    """A normalisation fault that changes what the training forwards compute (frozen, poisoned or noisy
-    statistics, a collapsed gain); not a drift of the running statistics, which only eval mode uses (in training
-    each batch is normalised by its own): a drift causes no training symptom, and a blow-up that moves the
-    weights faster than the running average follows causes it."""
-    return not all(e.get("to") == "drift" for e in h.evidence if e.get("type") == "normalization_health")
+    """A normalisation fault that changes what the training forwards compute (frozen or noisy statistics,
+    poisoned statistics in an eval-mode layer, a collapsed gain); not one that only eval mode reads (see
+    _eval_only): it causes no training symptom, and a blow-up (a NaN in the weights, a fast-moving weight that
+    the running average follows too slowly) causes it."""
+    return not all(_eval_only(e) for e in h.evidence if e.get("type") == "normalization_health")
+
+
+def _poisoned(h: Hypothesis) -> bool:
+    """Its evidence shows non-finite running statistics."""
+    return any(e.get("to") == "poisoned" for e in h.evidence if e.get("type") == "normalization_health")
 
 
 CONDITIONS: dict[str, Callable[[Hypothesis], bool]] = {
     "outside_optimizer": _outside_optimizer,
     "opponent_wins": _opponent_wins,
     "acts_in_training": _acts_in_training,
+    "acts_in_training_or_not_poisoned": lambda h: _acts_in_training(h) or not _poisoned(h),
 }
 # what a normalisation fault that acts in training causes: the layers after it see badly scaled values
 _NORM_EFFECTS = (
@@ -171,5 +184,11 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
             Kind.non_finite,
             Kind.loss_plateau,
         )
+    ),
+    # last (any other cause of both is named first): a NaN/Inf that reached the weights (a non-finite gradient
+    # applied by the step) makes every later forward non-finite, and a training-mode BatchNorm writes it into
+    # its running statistics; those, written but not read in training, cause nothing back (see _eval_only)
+    Kind.non_finite: Causes(
+        (Kind.normalization_fault,), unless=((Kind.normalization_fault, "acts_in_training_or_not_poisoned"),)
     ),
 }

@@ -18,19 +18,39 @@ def non_finite(ctx: Context) -> Hypothesis | None:
     same = [e for e in evs if e.step == onset]
     acts = [e for e in same if e.type == EventType.non_finite.value and e.site in ("output", "activation")]
     grads = [e for e in same if e.site == "gradient"]
+    # the backward starts at the loss: a loss already non-finite on a finite forward is where the NaN/Inf
+    # appeared (the gradients are its backward), not the last layer the backward reached first
+    loss = next((e for e in same if e.site == "loss"), None)
     origin = (
         min(acts, key=ctx.order)
         if acts
+        else loss
+        if loss is not None
         else max(grads, key=ctx.order)
         if grads
-        else next((e for e in same if e.site == "loss"), same[0])
+        else same[0]
     )
     where = {"output": "output", "activation": "activation", "gradient": "gradient", "loss": "loss"}.get(
         origin.site or "", "value"
     )
     name = origin.module or ("the input data" if origin.site in ("input", "target") else "the loss")
-    summary = f"NaN/Inf first appears in the {where} of {name} at step {onset}."
-    tips = [
+    in_loss = origin is loss and not acts
+    summary = (
+        f"NaN/Inf first appears in the loss at step {onset}, on finite model outputs: the loss's own computation "
+        f"made it, and its backward carried it into every gradient."
+        if in_loss and origin.module is None
+        else f"NaN/Inf first appears in the {where} of {name} at step {onset}."
+    )
+    tips = (
+        [
+            "the loss is non-finite although the model's outputs are finite: check the loss's arguments (a target "
+            "given probability 0, sequence lengths that make the target impossible, e.g. CTC input lengths shorter "
+            "than the targets need; CTCLoss(zero_infinity=True) drops such samples)"
+        ]
+        if in_loss
+        else []
+    )
+    tips += [
         "guard log/sqrt/division: torch.log(x.clamp_min(1e-8)), torch.sqrt(x + 1e-8), divide by (std + 1e-5)",
         "run a few steps with torch.autograd.detect_anomaly() to see the op",
         "lower the learning rate / clip gradients if values grew before the NaN",
