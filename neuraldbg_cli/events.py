@@ -204,6 +204,9 @@ class ActStats:
     sat01: float
     sat11: float
     nonfinite: float
+    # values each unit behind dead_frac saw (batch x positions per channel or feature); 0: not measured. Not in
+    # the trace: the monitor reads it live (a unit silent on one input is not dead)
+    per_unit: float = 0.0
 
 
 @dataclass(slots=True)
