@@ -130,6 +130,9 @@ def test_a_sign_changing_surrogate_loss_does_not_oscillate():
     # a positive loss swinging the same way is still an oscillation
     swings = [3.0 if i % 2 else 0.3 for i in range(60)]
     assert any(to == "oscillating" for _, to, _ in loss_events(run(swings)))
+    # and so is one that touches exactly 0 (a perfect fit on a batch: judged on raw values, still floored at 0)
+    zeros = [3.0 if i % 2 else (0.0 if i % 6 == 0 else 0.3) for i in range(60)]
+    assert any(to == "oscillating" for _, to, _ in loss_events(run(zeros)))
 
 
 def test_events_are_written_in_step_order():
