@@ -77,6 +77,14 @@ def test_data_states():
     assert classify_data(act(mean=0.0, std=15.0), (0.0, 1.0), 20.0, TH) == "shifted"
 
 
+def test_a_single_value_has_no_distribution_to_shift():
+    """An actor-critic's value loss gets one return per call (a 0-d target): its std is 0 by construction and the
+    next step's return differs, which is no data shift. A real batch is still judged."""
+    assert classify_data(act(mean=1.47, std=0.0, count=1.0), (1.53, 0.0), 20.0, TH) == "normal"
+    assert classify_data(act(mean=1.47, std=0.0, count=64.0), (1.53, 0.0), 20.0, TH) == "shifted"
+    assert classify_data(act(mean=1e3, std=0.0, count=1.0), (1.53, 0.0), 20.0, TH) == "extreme_scale"
+
+
 def _last_state(losses):
     s = LossSeries(TH)
     return [s.add(i, v) for i, v in enumerate(losses)][-1][0]
