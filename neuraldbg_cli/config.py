@@ -91,6 +91,14 @@ class Thresholds(BaseModel):
         description="fraction of units never active over a batch for a dead layer; "
         "healthy sparse ReLU nets have 50-70% zeros but few units dead on a whole batch",
     )
+    dead_min_per_unit: float = Field(
+        8.0,
+        description="values each unit must have seen in a batch (samples x positions) before 'never active over "
+        "the batch' says it is dead: a healthy ReLU unit that fires on a fraction q of its inputs is silent on "
+        "all m of them with probability (1-q)^m, so on a batch of one sample (a policy acting one state at a "
+        "time) every unit that is off for that input looks dead; with 8 values, a layer only looks 70% dead by "
+        "chance when its units fire on under 5% of their inputs",
+    )
     dead_output_frac: float = Field(
         0.3,
         description="the same for the model's last layer (e.g. a ReLU on the "

@@ -204,6 +204,10 @@ class ActStats:
     sat01: float
     sat11: float
     nonfinite: float
+    # values each unit behind dead_frac saw (batch x positions per channel or feature); 0: not measured. Not in
+    # the trace: the monitor reads it live (a unit silent on one input is not dead)
+    per_unit: float = 0.0
+    count: float = 0.0  # the tensor's elements (0: not measured); live only, like per_unit
 
 
 @dataclass(slots=True)

@@ -26,8 +26,9 @@ from neuraldbg_cli import tensorstats as ts
 ELEMENTWISE = frozenset({"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "poisson_nll_loss"})
 # losses that read a class dim of the input (dim 1, or 0 for an unbatched input), and kl_div (the last dim)
 CLASS_LOSSES = ("cross_entropy", "nll_loss")
-# torch.nn.functional losses observed (besides provenance.FLOAT_TARGET_LOSSES, whose targets are also data)
-EXTRA_LOSSES = CLASS_LOSSES
+# torch.nn.functional losses observed (besides provenance.FLOAT_TARGET_LOSSES, whose targets are also data);
+# ctc_loss takes log-probabilities (time, batch, classes), like nll_loss
+EXTRA_LOSSES = (*CLASS_LOSSES, "ctc_loss")
 ROW_ELEMENTS = 1 << 12  # elements behind the row sums: whole rows up to this many values (at least one row)
 
 # loss modules -> the functional loss they call (subclasses map as their base: NLLLoss2d is an NLLLoss)
@@ -43,6 +44,7 @@ MODULE_LOSSES: dict[type, str] = {
     nn.KLDivLoss: "kl_div",
     nn.PoissonNLLLoss: "poisson_nll_loss",
     nn.GaussianNLLLoss: "gaussian_nll_loss",
+    nn.CTCLoss: "ctc_loss",
 }
 
 
@@ -73,7 +75,7 @@ def module_loss(module: nn.Module) -> str | None:
 
 def loss_input(args: tuple, kwargs: dict) -> torch.Tensor | None:
     """A loss call's input: `input=`, else the first positional argument."""
-    x = kwargs.get("input") if kwargs else None
+    x = kwargs.get("input", kwargs.get("log_probs")) if kwargs else None  # ctc_loss names it log_probs
     if x is None and args:
         x = args[0]
     return x if isinstance(x, torch.Tensor) else None
@@ -82,7 +84,7 @@ def loss_input(args: tuple, kwargs: dict) -> torch.Tensor | None:
 def _class_dim(name: str, x: torch.Tensor) -> int | None:
     if name in CLASS_LOSSES:
         return 1 if x.dim() >= 2 else 0 if x.dim() == 1 else None
-    if name == "kl_div":
+    if name in ("kl_div", "ctc_loss"):
         return x.dim() - 1 if x.dim() >= 1 else None
     return None
 
@@ -158,7 +160,10 @@ def values(
         lead = xd if dim == 0 else xd[: max(1, ROW_ELEMENTS // max(1, xd[:1].numel()))]
         sums = lead.sum(dim=dim, dtype=torch.float32)
         out.append((sums - 1).abs().amax())
-    terms = xd.numel() // classes if classes and name in CLASS_LOSSES else xd.numel()
+    if name == "ctc_loss":  # one term per utterance: (time, batch, classes), or (time, classes) unbatched
+        terms = int(xd.shape[1]) if xd.dim() == 3 else 1
+    else:
+        terms = xd.numel() // classes if classes and name in CLASS_LOSSES else xd.numel()
     tshape = tuple(t.shape) if t is not None else None
     bshape = _broadcast(xd, t) if name in ELEMENTWISE else None
     dtype = str(xd.dtype).removeprefix("torch.")

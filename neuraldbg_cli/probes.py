@@ -71,7 +71,7 @@ class Probe:
         self.outbox = Outbox(on_steps, on_models, every, guard)
         self._sets = ParamSets(self.reg)
         self._grads = GradReader(self._sets)
-        self._finder = RootFinder(self.reg, self.outbox.models_changed, guard)
+        self._finder = RootFinder(self.reg, self.outbox.models_changed, guard, lambda: steps.step)
         self._opts = OptimizerWatch(self._sets, self.outbox.models_changed, guard)
         self._pacer = pacer = StepPacer(steps, guard, self._sets, self._grads, self._opts, self._finder, self.outbox)
         self._forward = ForwardObserver(
@@ -159,7 +159,7 @@ class Probe:
         """Every root model seen, also those gone since (the trace names them); the optimizers that train each
         are among its facts."""
         optimized, described = self._opts.optimized_ids(), self._opts.describe()
-        infos = [root.info(optimized) for root in self.reg.roots]
+        infos = [root.info(optimized) for root in self.reg.roots if not root.absorbed]
         for info in infos:
             trained_by = optimizer_facts(described, info.name)
             if trained_by:

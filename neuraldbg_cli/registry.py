@@ -47,8 +47,9 @@ class Registry:
 
     # ---- changes ----
 
-    def register(self, module: torch.nn.Module) -> Root:
-        """A new root for `module`, named by its class (`#k` for the k-th of a class)."""
+    def register(self, module: torch.nn.Module, now: int | None = None) -> Root:
+        """A new root for `module`, named by its class (`#k` for the k-th of a class). `now`: the steps completed
+        so far (see _absorb)."""
         self.settle()
         wrapper, (module, wrappers) = module, unwrap(module)  # DDP(model), torch.compile(model): the model's names
         known = self.index.get(module)
@@ -56,6 +57,8 @@ class Registry:
             self.index[wrapper] = known
             known[0].wrappers = wrappers
             return known[0]
+        if now is not None:
+            self._absorb(module, now)
         cls, sharded = user_class(module)
         wrappers += sharded
         k = self.class_count[cls]
@@ -67,7 +70,7 @@ class Registry:
             hook()
 
         root = Root(cls if k == 0 else f"{cls}#{k}", module, on_death)
-        root.wrappers, root.cls = wrappers, cls
+        root.wrappers, root.cls, root.born = wrappers, cls, now
         scan_root(root, module, self.index, self._claim)
         if wrapper not in self.index:
             self.index[wrapper] = (root, "")
@@ -75,6 +78,23 @@ class Registry:
         self.live = self.live + [root]
         self.gen += 1
         return root
+
+    def _absorb(self, module: torch.nn.Module, now: int) -> None:
+        """Live roots that are parts of `module` and were first called in this same step, no optimizer step since:
+        they were called while the model was being built, before it existed as a whole (a root is decided at
+        its first call with gradients on), e.g. register_parametrization's consistency check, which calls a
+        spectral_norm ParametrizationList inside its constructor before it is attached to its Linear, or a
+        shape probe run on a sub-network. The outermost module is the root: they are folded into it (their
+        parameters and modules are freed for it to claim, and they are left out of the models described).
+        A part that already trained alone (a pre-training phase: steps completed since) keeps its root."""
+        inner = [
+            r
+            for r in self.live
+            if r.born == now and (m := r.ref()) is not None and m is not module and _holds(module, m)
+        ]
+        for r in inner:
+            r.absorbed = True
+            self._bury(r)
 
     def rescan(self, root: Root) -> bool:
         self.settle()
@@ -126,3 +146,7 @@ class Registry:
         for m, (owner, _) in list(self.index.items()):
             if owner is root:
                 del self.index[m]
+
+
+def _holds(outer: torch.nn.Module, part: torch.nn.Module) -> bool:
+    return any(m is part for m in outer.modules())

@@ -27,8 +27,11 @@ def _trainable(module: torch.nn.Module) -> bool:
 class RootFinder:
     """Registers roots in `reg`; `changed()` is called whenever the models' description changes."""
 
-    def __init__(self, reg: Registry, changed: Callable[[], None], guard: Guard) -> None:
+    def __init__(
+        self, reg: Registry, changed: Callable[[], None], guard: Guard, clock: Callable[[], int] | None = None
+    ) -> None:
         self._reg, self._changed, self._guard = reg, changed, guard
+        self._clock = clock  # the steps completed so far (None: unknown, no absorbing: see Registry._absorb)
 
     def find(self, module: torch.nn.Module) -> Found | None:
         """The root a top-level call of `module` trains; None for a module that trains nothing (a frozen
@@ -82,6 +85,6 @@ class RootFinder:
         return compile
 
     def _register(self, module: torch.nn.Module) -> Root:
-        root = self._reg.register(module)
+        root = self._reg.register(module, self._clock() if self._clock is not None else None)
         self._changed()
         return root

@@ -156,6 +156,8 @@ class Root:
         self.n_params = 0
         self.wrappers: list[str] = []  # DDP, FSDP, torch.compile... around the model, outermost first
         self.facts: dict[str, Any] = {}  # architecture facts the forward pass showed (observer._fact)
+        self.born: int | None = None  # steps completed when it was registered (registry._absorb)
+        self.absorbed = False  # a part called while its model was being built: folded into that model
 
     @property
     def params(self) -> list[tuple[str, torch.nn.Parameter]]:
@@ -204,7 +206,7 @@ def _observe(root: Root, name: str, m: torch.nn.Module, own: bool) -> None:
         if name:
             root.observed[m] = name
         return
-    tname = type(m).__name__
+    tname = layer_type(m)
     flags = (DEAD if tname in RELU_LIKE else CHEAP_ONLY if tname in NORMS else 0) | SAT_FLAGS.get(tname, 0)
     kind = PARAMS if own else SAFE if tname in FINITE_PRESERVING else OTHER
     root.observed[m] = (name, flags, kind, (root.name, name, "output"))
@@ -213,7 +215,7 @@ def _observe(root: Root, name: str, m: torch.nn.Module, own: bool) -> None:
 def _describe(root: Root, name: str, m: torch.nn.Module, fresh: list) -> None:
     numel = sum(p.numel() for p in fresh)
     root.n_params += numel
-    tname = type(m).__name__
+    tname = layer_type(m)
     matrix = any(p.dim() >= 2 for p in fresh) and tname not in ("Embedding", "EmbeddingBag")
     info = root.modules.get(name)
     if info is None:
@@ -229,7 +231,9 @@ def _init_gain(m: torch.nn.Module, fresh: list) -> float | None:
     when the model is first seen, before any update): its scale against what init schemes set (PyTorch's
     default 0.58, Xavier 0.3-1.4, He 1.41), so that a rule can tell a symptom the init explains from one it
     does not. None for a sharded, meta or single-element weight."""
-    w = getattr(m, "weight", None)
+    # its own registered weight only: a parametrized layer's `weight` is a property that runs the
+    # parametrization (spectral_norm's power iteration updates its u/v buffers), which reading must not do
+    w = m.__dict__.get("_parameters", {}).get("weight")
     if not isinstance(w, torch.Tensor) or not any(w is p for p in fresh):
         return None
     if w.dim() < 2 or w.numel() < 2 or w.is_meta or is_sharded(w):
@@ -243,15 +247,48 @@ def _init_gain(m: torch.nn.Module, fresh: list) -> float | None:
 Claim = Callable[[Root, str, torch.nn.Parameter], bool]
 
 
+PARAMETRIZED = ".parametrizations."
+
+
+def layer_type(m: torch.nn.Module) -> str:
+    """The class the user built: register_parametrization swaps a layer's class for `Parametrized<Class>`, a
+    subclass of it made on the fly (a ParametrizedLinear is a Linear to every rule)."""
+    cls = type(m)
+    if cls.__name__.startswith("Parametrized") and "parametrizations" in m.__dict__.get("_modules", {}):
+        return cls.__bases__[0].__name__
+    return cls.__name__
+
+
+def parametrized_owner(name: str, m: torch.nn.Module) -> str | None:
+    """For a torch.nn.utils.parametrize ParametrizationList (`conv.parametrizations.weight`: weight_norm's
+    original0/original1, spectral_norm's original), the name of the layer whose tensor it computes (`conv`),
+    else None. Why: the user's layer is the Linear/Conv whose `weight` it is; the list is no layer (its output
+    is that weight, not an activation), and a layer split in two (its bias alone here, its weight there) reads
+    wrong on both sides: under a hinge or Wasserstein loss the last layer's bias gradient is exactly 0 by
+    symmetry (the real and fake terms cancel), which alone looks like a cut graph."""
+    if type(m).__name__ != "ParametrizationList" or PARAMETRIZED not in f".{name}":
+        return None
+    return f".{name}".rsplit(PARAMETRIZED, 1)[0][1:]
+
+
 def scan_root(root: Root, module: torch.nn.Module, index: weakref.WeakKeyDictionary, claim: Claim) -> None:
     """A new root's modules: each goes into `index` (unless another root has it), and is observed as
-    `_observe` decides, once; `claim(root, name, p)` takes each trainable parameter no other root has."""
+    `_observe` decides, once; `claim(root, name, p)` takes each trainable parameter no other root has (a
+    parametrization's, under the layer it parametrizes: see parametrized_owner)."""
+    by_name: dict[str, torch.nn.Module] = {}
     for name, m in module.named_modules():
         name = user_name(name)
+        by_name[name] = m
         root.n_modules += 1
         if m not in index:
             index[m] = (root, name)
         own = [p for p in m.parameters(recurse=False) if p.requires_grad and holds(p)]  # (an empty shard: no)
+        layer = parametrized_owner(name, m)
+        if layer is not None and layer in by_name:
+            if own and not isinstance(root.observed.get(by_name[layer]), tuple):
+                _observe(root, layer, by_name[layer], True)  # a layer whose only parameter is parametrized
+            _describe(root, layer, by_name[layer], [p for p in own if claim(root, layer, p)])
+            continue
         _observe(root, name, m, bool(own))
         if isinstance(root.observed.get(m), tuple):
             _describe(root, name, m, [p for p in own if claim(root, name, p)])
@@ -266,13 +303,18 @@ def rescan_root(
     if module is None or all(claimed(p) or not p.requires_grad or not holds(p) for p in module.parameters()):
         return False
     changed = False
+    by_name: dict[str, torch.nn.Module] = {}
     for name, m in module.named_modules():
         name = user_name(name)
+        by_name[name] = m
         new = [p for p in m.parameters(recurse=False) if p.requires_grad and not claimed(p) and holds(p)]
         if m not in index:
             index[m] = (root, name)
         if not new:
             continue
+        layer = parametrized_owner(name, m)
+        if layer is not None and layer in by_name:
+            name, m = layer, by_name[layer]
         fresh = [p for p in new if claim(root, name, p)]
         entry = root.observed.get(m)
         flags = entry[1] if isinstance(entry, tuple) else 0

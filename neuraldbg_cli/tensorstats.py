@@ -240,7 +240,8 @@ def act_stats(v: list[float], lay: Layout) -> ActStats:
     dead = next(rest) / lay.units if lay.units else 0.0
     sat01 = next(rest) / lay.sampled if flags & SAT01 else 0.0
     sat11 = next(rest) / lay.sampled if flags & SAT11 else 0.0
-    return ActStats(1.0, mean, std, mn, mx, zero, dead, sat01, sat11, nonfinite)
+    per_unit = n / lay.units if lay.units else 0.0
+    return ActStats(1.0, mean, std, mn, mx, zero, dead, sat01, sat11, nonfinite, per_unit, float(n))
 
 
 _SCRATCH: list[torch.Tensor] = []

@@ -119,6 +119,22 @@ def test_negative_losses_are_judged_raw():
     assert any(to == "diverging" and 48 <= step <= 55 for _, to, step in evs), evs
 
 
+def test_a_sign_changing_surrogate_loss_does_not_oscillate():
+    """REINFORCE with normalised returns: sum(-log_prob * return) changes sign from episode to episode and its
+    size follows the episode length (growing as the policy improves). It has no floor and an arbitrary
+    offset, so swings against its level are no oscillation (pytorch/examples reinforce.py layout)."""
+    rng = random.Random(11)
+    losses = [rng.gauss(0.3, 1.0) * (1 + i / 20) for i in range(150)]
+    evs = loss_events(run(losses))
+    assert all(to == "normal" for _, to, _ in evs), evs
+    # a positive loss swinging the same way is still an oscillation
+    swings = [3.0 if i % 2 else 0.3 for i in range(60)]
+    assert any(to == "oscillating" for _, to, _ in loss_events(run(swings)))
+    # and so is one that touches exactly 0 (a perfect fit on a batch: judged on raw values, still floored at 0)
+    zeros = [3.0 if i % 2 else (0.0 if i % 6 == 0 else 0.3) for i in range(60)]
+    assert any(to == "oscillating" for _, to, _ in loss_events(run(zeros)))
+
+
 def test_events_are_written_in_step_order():
     events = []
     mon = Monitor(TH, events.append)

@@ -38,6 +38,8 @@ def stats(name, inp, tgt=None, lo=-1.0, hi=1.0, rows=None, classes=None, reducti
         (stats("nll_loss", (64, 10), (64,), 0.01, 0.5, 1e-7, 10), "probabilities_to_nll"),
         (stats("kl_div", (64, 10), (64, 10), 0.01, 0.5, 1e-7, 10), "probabilities_to_nll"),
         (stats("kl_div", (64, 10), (64, 10), -7.0, -0.01, 9.0, 10), "normal"),
+        (stats("ctc_loss", (50, 16, 13), (80,), -0.6, 0.7, 1.3, 13), "logits_to_nll"),  # no log_softmax
+        (stats("ctc_loss", (50, 16, 13), (80,), -9.0, -0.01, 1e-6, 13), "normal"),
         (stats("cross_entropy", (512, 10), (512,), -3.0, 4.0, 2.5, 10, "sum"), "sum_reduction"),
         (stats("cross_entropy", (8, 10), (8,), -3.0, 4.0, 2.5, 10, "sum"), "normal"),  # a few terms
         (stats("nll_loss", (64, 10), (64,), float("nan"), float("nan"), float("nan"), 10), "normal"),  # non_finite's
@@ -96,6 +98,7 @@ def test_softmax_before_a_cross_entropy_module():
         (stats("binary_cross_entropy_with_logits", (64, 1), (64, 1), 0.1, 0.9), "remove the sigmoid"),
         (stats("nll_loss", (64, 10), (64,), -4.0, 3.5, 12.0, 10), "F.log_softmax(logits, dim=1)"),
         (stats("kl_div", (64, 10), (64, 10), 0.0, 0.5, 1e-7, 10), "F.log_softmax(logits, dim=-1)"),
+        (stats("ctc_loss", (50, 16, 13), (80,), -0.6, 0.7, 1.3, 13), "F.log_softmax(output, dim=-1) before F.ctc"),
     ],
 )
 def test_each_misuse_names_its_fix(s, words):

@@ -159,3 +159,27 @@ def test_real_calls_classify(loss_fn, head, y, name, state):
 
     calls = _calls(loss_fn, head, X, y, steps=3)
     assert [classify_loss_call(c[name], Thresholds()) for c in calls] == [state] * 3
+
+
+@pytest.mark.parametrize("head, state", [(lambda s: s, "logits_to_nll"), (lambda s: s.log_softmax(2), "normal")])
+@pytest.mark.parametrize("as_module", [True, False])
+def test_ctc_loss_takes_log_probabilities(head, state, as_module):
+    """nn.CTCLoss / F.ctc_loss expect log_softmax over the classes of (time, batch, classes); raw scores train on
+    a wrong gradient (deepspeech-style models: Linear -> log_softmax -> transpose). One term per utterance."""
+    from neuraldbg_cli.config import Thresholds
+    from neuraldbg_cli.families.lossfn import classify_loss_call
+
+    torch.manual_seed(0)
+    model = nn.Linear(4, 6)  # 5 symbols + blank
+    x, targets = torch.randn(3, 10, 4), torch.randint(1, 6, (3, 4))  # (batch, time, features)
+    in_lens, tgt_lens = torch.full((3,), 10), torch.full((3,), 4)
+    ctc = nn.CTCLoss() if as_module else fn("ctc_loss")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with Recorder() as rec:
+        for _ in range(2):
+            opt.zero_grad()
+            ctc(head(model(x)).transpose(0, 1), targets, in_lens, tgt_lens).backward()
+            opt.step()
+    calls = [r.loss_calls["ctc_loss"] for r in rec.records]
+    assert all(c.classes == 6 and c.terms == 3 and c.input_shape == (10, 3, 6) for c in calls)
+    assert [classify_loss_call(c, Thresholds()) for c in calls] == [state] * 2

@@ -43,11 +43,46 @@ def test_activation_states():
     assert classify_activation(act(std=500.0), 1.0, TH) == "anomalous"
 
 
+def test_a_unit_silent_on_one_input_is_not_dead():
+    """'Never active over the batch' needs a batch: a policy acting on one state at a time (REINFORCE) feeds its
+    ReLU layer one sample, where every unit that is off for that input (half of them, more behind dropout)
+    looks dead. The same fractions over 64 samples per unit are a dead layer."""
+    one = dict(min=0.0, zero_frac=0.81, dead_frac=0.81)
+    assert classify_activation(act(**one, per_unit=1.0), None, TH) == "normal"
+    assert classify_activation(act(**one, per_unit=4.0), None, TH) == "normal"
+    assert classify_activation(act(**one, per_unit=64.0), None, TH) == "dead"
+    assert classify_activation(act(**one), None, TH) == "dead"  # not measured (0): judged as before
+    # the output layer's lower bar too
+    assert classify_activation(act(min=0.0, zero_frac=0.5, dead_frac=0.5, per_unit=1.0), None, TH, True) == "normal"
+
+
+def test_act_stats_count_the_values_behind_each_unit():
+    import torch
+
+    from neuraldbg_cli import tensorstats as ts
+
+    x = torch.relu(torch.randn(1, 128, generator=torch.Generator().manual_seed(0)))  # one sample, 128 features
+    out, lay = ts.full(x, ts.DEAD)
+    s = ts.act_stats([float(v) for v in out], lay)
+    assert s.per_unit == 1.0 and s.dead_frac == s.zero_frac
+    x = torch.relu(torch.randn(8, 16, 4, 4, generator=torch.Generator().manual_seed(0)))  # conv: 16 channels
+    out, lay = ts.full(x, ts.DEAD | ts.unit_axis_flags("Conv2d"))
+    assert ts.act_stats([float(v) for v in out], lay).per_unit == 8 * 4 * 4
+
+
 def test_data_states():
     assert classify_data(act(nonfinite=1.0), None, 20.0, TH) == "non_finite"
     assert classify_data(act(mean=127.0, std=73.0, min=0.0, max=255.0), None, 20.0, TH) == "extreme_scale"
     assert classify_data(act(mean=5.0, std=1.0), (0.0, 1.0), 20.0, TH) == "normal"
     assert classify_data(act(mean=0.0, std=15.0), (0.0, 1.0), 20.0, TH) == "shifted"
+
+
+def test_a_single_value_has_no_distribution_to_shift():
+    """An actor-critic's value loss gets one return per call (a 0-d target): its std is 0 by construction and the
+    next step's return differs, which is no data shift. A real batch is still judged."""
+    assert classify_data(act(mean=1.47, std=0.0, count=1.0), (1.53, 0.0), 20.0, TH) == "normal"
+    assert classify_data(act(mean=1.47, std=0.0, count=64.0), (1.53, 0.0), 20.0, TH) == "shifted"
+    assert classify_data(act(mean=1e3, std=0.0, count=1.0), (1.53, 0.0), 20.0, TH) == "extreme_scale"
 
 
 def _last_state(losses):

@@ -206,6 +206,50 @@ def test_a_layers_init_scale_is_read_when_its_model_is_first_seen():
     assert modules["3"].init_gain == pytest.approx(8.0, rel=0.15) and modules["1"].init_gain is None
 
 
+def test_a_part_called_while_its_model_is_built_is_folded_into_the_model():
+    """spectral_norm's register_parametrization calls the ParametrizationList inside its own constructor (a
+    consistency check), before it is attached to its Linear: that first call with gradients on made it a root
+    of its own, which then kept the layer's weight from the discriminator. With no step completed since, the
+    outermost model is the root; a part that trained alone first (a step completed since) keeps its root."""
+    step = [0]
+    finder = RootFinder(Registry(), lambda: None, _quiet(), lambda: step[0])
+    lin = nn.Linear(4, 8)
+    early = finder.find(lin).root  # called alone while the model is built
+    model = nn.Sequential(lin, nn.ReLU(), nn.Linear(8, 1))
+    root = finder.find(model).root
+    assert early.absorbed and [r.name for r in finder.live] == ["Sequential"]
+    assert root.n_params == 4 * 8 + 8 + 8 + 1
+    assert sorted(n for n, m in root.info(set()).modules.items() if m.params) == ["0", "2"]
+    pretrained = nn.Linear(4, 8)
+    alone = finder.find(pretrained).root
+    step[0] = 5  # it trained alone, then is wrapped
+    whole = nn.Sequential(pretrained, nn.Linear(8, 1))
+    wrapper = finder.find(whole).root
+    assert not alone.absorbed and {r.name for r in finder.live} == {"Sequential", "Linear#1", "Sequential#1"}
+    assert wrapper.n_params == 9
+
+
+def test_a_parametrized_layer_owns_its_parametrization_parameters():
+    """weight_norm / spectral_norm keep a layer's weight in `layer.parametrizations.weight.original*`: they are
+    the layer's (one module with weight and bias, as the user wrote it), and the list is no layer of its own.
+    Scanning never evaluates the parametrized weight (spectral_norm's power iteration would move its u/v)."""
+    from torch.nn.utils.parametrizations import spectral_norm, weight_norm
+
+    torch.manual_seed(0)
+    model = nn.Sequential(spectral_norm(nn.Linear(2, 16)), nn.LeakyReLU(0.1),
+                          weight_norm(nn.Linear(16, 1, bias=False)))
+    u = model[0].parametrizations.weight[0]._u.clone()
+    with torch.no_grad():  # registered without a call (no training call made it a root)
+        finder = RootFinder(Registry(), lambda: None, _quiet(), lambda: 0)
+    root = finder.find(model).root
+    modules = root.info(set()).modules
+    assert sorted(n for n, m in modules.items() if m.params) == ["0", "2"]
+    assert modules["0"].params == 2 * 16 + 16 and modules["2"].params == 16 + 1
+    assert modules["0"].type == "Linear" and modules["0"].weight_ndim2
+    assert torch.equal(model[0].parametrizations.weight[0]._u, u)
+    assert all(name in ("0", "2") for name, _ in root.params)
+
+
 # ---- optimizers ----
 
 

@@ -44,7 +44,10 @@ def classify_activation(s: ActStats, baseline_std: float | None, th: Thresholds,
     if s.nonfinite > 0 or not math.isfinite(s.mean):
         return NON_FINITE
     relu_like = s.min >= 0 and s.zero_frac >= th.relu_zero_frac  # exact zeros: a ReLU's output, not a sigmoid's
-    if relu_like and s.dead_frac >= (th.dead_output_frac if output_layer else th.dead_frac):
+    # a unit "never active over the batch" is dead only when the batch gave it enough values to fire on
+    # (per_unit 0: not measured, judged as before)
+    enough = not s.per_unit or s.per_unit >= th.dead_min_per_unit
+    if relu_like and enough and s.dead_frac >= (th.dead_output_frac if output_layer else th.dead_frac):
         return DEAD
     sat = (
         0.0

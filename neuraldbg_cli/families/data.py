@@ -19,7 +19,9 @@ def classify_data(s: ActStats, baseline: tuple[float, float] | None, scale_limit
         return NON_FINITE
     if max(abs(s.mean), s.std) > scale_limit:
         return EXTREME_SCALE
-    if baseline is not None:
+    # a shift is judged between distributions: a single value (an actor-critic's per-step return fed to
+    # smooth_l1_loss as a 0-d target) has none, its std is 0 by construction (count 0: not measured)
+    if baseline is not None and s.count != 1:
         b_mean, b_std = baseline
         ref = max(b_std, th.data_std_floor)
         if abs(s.mean - b_mean) > th.data_shift * ref or s.std > th.data_shift * ref or s.std * th.data_shift < b_std:
@@ -47,7 +49,7 @@ class DataObserver(Observer):
             baseline = _median_pair(base) if len(base) >= self.th.baseline_samples else None
             limit = self.th.data_scale if site == "input" else self.th.target_scale
             state = classify_data(s, baseline, limit, self.th)
-            if state == NORMAL and len(base) < self.th.baseline_samples:
+            if state == NORMAL and len(base) < self.th.baseline_samples and s.count != 1:
                 base.append((s.mean, s.std))
             if settled(self.board.machines, key, state):
                 continue  # nothing changes (most steps): no evidence to build

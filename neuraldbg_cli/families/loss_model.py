@@ -74,6 +74,7 @@ class LossSeries:
     def __init__(self, th: Thresholds) -> None:
         self.th = th
         self.raw = False  # judged on raw values (a loss <= 0 was seen)
+        self.negative = False  # a loss < 0 was seen: no floor at 0 (an exact 0 is a perfect fit, still floored)
         self.hist: deque[tuple[int, float]] = deque(maxlen=2 * th.loss_window)  # (step, raw loss)
         self.first: list[float] = []  # the first loss_level_window losses, raw
         self.first_step = 0
@@ -203,6 +204,8 @@ class LossSeries:
         if len(self.first) < self.th.loss_level_window:
             self.first.append(loss)
             self._start = min(self.first[0], statistics.median(self.first))
+        if loss < 0:
+            self.negative = True
         if loss <= 0 and not self.raw:
             self.raw = True
             self._restart()
@@ -317,9 +320,16 @@ class LossSeries:
     def _oscillating(self, start_y: float) -> tuple[int, dict[str, Any]] | None:
         """Large swings relative to the loss level over the latest 2 windows, with frequent sign changes,
         while the loss has not learned, or keeps jumping back above where it started. Judged over a rolling
-        window, so an oscillation that settled goes back to normal."""
+        window, so an oscillation that settled goes back to normal. Only for a series that never went below 0
+        (an exact 0, a perfect fit, is still floored there): every test here measures swings against the
+        loss's size and its start ("3x where it started", "back above its start"), which presumes a floor at
+        0. A loss that can be negative has no
+        floor and an arbitrary offset: a policy-gradient surrogate sum(-log_prob * normalised return) changes
+        sign from episode to episode and its size follows the episode's length, by design; its swings against
+        a level near 0 are unbounded ratios that say nothing (the same reason the plateau test skips it).
+        Such a series is still judged for divergence (a rise beyond its noise, or a fall without bound)."""
         w = self.th.loss_window
-        if len(self.hist) < 2 * w:
+        if self.negative or len(self.hist) < 2 * w:
             return None
         swing = sum(self.swings) / len(self.swings)  # the mean |change| over the history
         if swing <= self.th.oscillation * min(self.sizes):

@@ -7,7 +7,7 @@ States (LossCallState), one debounced machine per loss name:
 - probabilities_to_ce: cross_entropy fed rows in [0, 1] summing to 1 (a softmax before it): it applies
   log_softmax itself, so the gradient is squashed and the loss stalls well above 0;
 - probabilities_to_logits_loss: binary_cross_entropy_with_logits fed values all in [0, 1] (a sigmoid before it);
-- logits_to_nll: a loss that takes log-probabilities (nll_loss, kl_div) fed values above 0: raw scores, and
+- logits_to_nll: a loss that takes log-probabilities (nll_loss, kl_div, ctc_loss) fed values above 0: raw scores, and
   -x[target] falls without bound;
 - probabilities_to_nll: the same losses fed probabilities (softmax where log_softmax belongs);
 - sum_reduction: reduction="sum" over many terms: every gradient is that many times the mean's (a cause only
@@ -41,6 +41,7 @@ LOSS_NAMES = (
     "gaussian_nll_loss",
     "cross_entropy",
     "nll_loss",
+    "ctc_loss",
 )
 _IDS = {name: i for i, name in enumerate(LOSS_NAMES)}
 MODULES = {  # the loss module that calls each
@@ -55,8 +56,9 @@ MODULES = {  # the loss module that calls each
     "gaussian_nll_loss": "GaussianNLLLoss",
     "cross_entropy": "CrossEntropyLoss",
     "nll_loss": "NLLLoss",
+    "ctc_loss": "CTCLoss",
 }
-LOG_PROB_LOSSES = ("nll_loss", "kl_div")  # their input is log-probabilities
+LOG_PROB_LOSSES = ("nll_loss", "kl_div", "ctc_loss")  # their input is log-probabilities
 HALF = ("float16", "bfloat16")
 SQUASHING = frozenset({"Sigmoid", "Softmax", "Hardsigmoid", "Clamp", "ClampMin", "ClampMax"})  # outputs in [0, 1]
 LOG_OUTPUTS = frozenset({"LogSoftmax", "LogSigmoid"})
@@ -188,7 +190,14 @@ def _explain(ev: Event) -> tuple[str, list[str]]:
             f"remove the sigmoid before {call} and pass the raw logits (apply sigmoid only to read predictions)",
             "or, keeping the sigmoid, use nn.BCELoss / F.binary_cross_entropy (less stable numerically)",
         ]
-    dim = "dim=-1" if name == "kl_div" else "dim=1"
+    dim = "dim=-1" if name in ("kl_div", "ctc_loss") else "dim=1"
+    if ev.to == S.logits_to_nll.value and name == "ctc_loss":
+        summary = (
+            f"{call} gets raw scores (values up to {hi:.3g} > 0), but it expects log-probabilities (log_softmax "
+            "over the classes, all <= 0): its gradient assumes each frame's probabilities sum to 1, so training "
+            "follows a wrong gradient and the loss does not measure the alignment."
+        )
+        return summary, [f"apply F.log_softmax(output, {dim}) before {call} (and transpose to (time, batch, classes))"]
     if ev.to == S.logits_to_nll.value:
         summary = (
             f"{call} gets raw scores (values up to {hi:.3g} > 0), but it expects log-probabilities (all <= 0): "
