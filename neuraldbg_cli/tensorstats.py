@@ -110,8 +110,8 @@ def norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
 def norm_vector(tensors: list[torch.Tensor]) -> torch.Tensor:
     """`norms` as one 1-d tensor: a step's buffer then holds one part for a set of parameters, not one per
     tensor (each part costs the transfer and the host side a few calls). On the CPU the float32 norms are
-    checked with one read (their sum on the host); only when it is not finite (an overflow to inf, or a NaN beside which an inf could
-    hide) are they recomputed one by one (see `norms`)."""
+    checked with one read (their sum on the host); only when it is not finite (an overflow to inf, or a NaN
+    beside which an inf could hide) are they recomputed one by one (see `norms`)."""
     kind = tensors[0].device.type
     real = all(t.dtype in _FLOATS for t in tensors)
     if kind in WIDE and real:
@@ -124,19 +124,22 @@ def norm_vector(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _sum_and_squares(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sum and sum of squares of a float32 vector, overflow-safe as `norms`; on the CPU only once
-    `overflowed` has checked the float32 pair (the caller keeps `flat` for it)."""
+    """Sum and sum of squares of a float32 vector, overflow-safe as `norms`: on the CPU once `overflowed` has
+    checked the float32 pair (the caller keeps the tensor for `wide_sums`)."""
     if flat.device.type in WIDE:
-        return flat.sum(dtype=torch.float64), torch.linalg.vector_norm(flat, dtype=torch.float64).square()
+        return _float64_sums(flat)
     return flat.sum(), torch.dot(flat, flat)
+
+
+def _float64_sums(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return flat.sum(dtype=torch.float64), torch.linalg.vector_norm(flat, dtype=torch.float64).square()
 
 
 def wide_sums(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """`_sum_and_squares` of `x`'s values accumulated in float64: for a float32 pair that overflowed (see
     `overflowed`)."""
     flat = x.detach().reshape(-1)
-    flat = flat if flat.dtype is torch.float32 else flat.float()
-    return flat.sum(dtype=torch.float64), torch.linalg.vector_norm(flat, dtype=torch.float64).square()
+    return _float64_sums(flat if flat.dtype is torch.float32 else flat.float())
 
 
 def overflowed(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[int]:

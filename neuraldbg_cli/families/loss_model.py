@@ -323,11 +323,11 @@ class LossSeries:
         window, so an oscillation that settled goes back to normal. Only for a series that never went below 0
         (an exact 0, a perfect fit, is still floored there): every test here measures swings against the
         loss's size and its start ("3x where it started", "back above its start"), which presumes a floor at
-        0. A loss that can be negative has no
-        floor and an arbitrary offset: a policy-gradient surrogate sum(-log_prob * normalised return) changes
-        sign from episode to episode and its size follows the episode's length, by design; its swings against
-        a level near 0 are unbounded ratios that say nothing (the same reason the plateau test skips it).
-        Such a series is still judged for divergence (a rise beyond its noise, or a fall without bound)."""
+        0. A loss that can be negative has no floor and an arbitrary offset: a policy-gradient surrogate
+        sum(-log_prob * normalised return) changes sign from episode to episode and its size follows the
+        episode's length, by design; its swings against a level near 0 are unbounded ratios that say nothing
+        (the same reason the plateau test skips it). Such a series is still judged for divergence (a rise
+        beyond its noise, or a fall without bound)."""
         w = self.th.loss_window
         if self.negative or len(self.hist) < 2 * w:
             return None

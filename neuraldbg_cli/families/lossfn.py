@@ -7,8 +7,8 @@ States (LossCallState), one debounced machine per loss name:
 - probabilities_to_ce: cross_entropy fed rows in [0, 1] summing to 1 (a softmax before it): it applies
   log_softmax itself, so the gradient is squashed and the loss stalls well above 0;
 - probabilities_to_logits_loss: binary_cross_entropy_with_logits fed values all in [0, 1] (a sigmoid before it);
-- logits_to_nll: a loss that takes log-probabilities (nll_loss, kl_div, ctc_loss) fed values above 0: raw scores, and
-  -x[target] falls without bound;
+- logits_to_nll: a loss that takes log-probabilities (nll_loss, kl_div, ctc_loss) fed values above 0: raw
+  scores, and -x[target] falls without bound (ctc_loss: its gradient assumes normalised log-probabilities);
 - probabilities_to_nll: the same losses fed probabilities (softmax where log_softmax belongs);
 - sum_reduction: reduction="sum" over many terms: every gradient is that many times the mean's (a cause only
   together with an unstable, diverging loss or exploding gradients).
