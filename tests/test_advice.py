@@ -259,6 +259,24 @@ def test_symptoms_from_step_zero_get_reinit_only_where_the_init_explains_them():
     assert not any(reinits(h) for h in explain([ev(ACT, 4, "m1", "normal", "dead", "output")], gained(9.0, *act)))
 
 
+def test_an_explosion_before_any_update_leads_with_the_forward_scale_not_the_lr():
+    """Gradients exploding at step 0 came before any update: the first advice is what scales the forward pass up
+    (the init when it was measured too large, else inputs, sums that should be means, unnormalised residual
+    branches); a smaller lr stays, last, since it tames what follows. Later onsets lead with the lr."""
+    act = ("Linear", "ReLU", "Linear")
+    boom = [ev(GRAD, 0, "m0", "healthy", "exploding", "gradient", rms=1e4)]
+    usual = explain(boom, gained(0.58, *act), optimizer("Adam", 0.01))[0]
+    assert usual.kind == Kind.exploding_gradient
+    assert "before any update" in usual.suggestions[0] and "sums over many terms" in usual.suggestions[0]
+    assert usual.suggestions[-1] == "lr=0.01 with Adam: try 0.001"
+    large = explain(boom, gained(2.8, *act), optimizer("Adam", 0.01))[0]
+    assert large.suggestions[0].startswith("check the initialisation scale")
+    later = [ev(GRAD, 3, "m0", "healthy", "exploding", "gradient", rms=1e4)]
+    trained = explain(later, gained(0.58, *act), optimizer("Adam", 0.01))[0]
+    assert trained.suggestions[0] == "lr=0.01 with Adam: try 0.001"
+    assert not any("before any update" in s for s in trained.suggestions)
+
+
 def test_adam_eps_is_named_for_a_nan_in_float16_adam_only():
     nan = [ev("non_finite", 1, "m0", "normal", "non_finite", "output")]
 

@@ -444,6 +444,17 @@ def vanishing_gradient(ctx: Context) -> Hypothesis | None:
     return _hyp(Kind.vanishing_gradient, conf, origin, origin.step, summary, evs, tips, chain, fixes)
 
 
+CLIP_TIP = "clip gradients: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0) before optimizer.step()"
+# An explosion already there at step 0 comes before any update: the learning rate cannot have made it (a smaller
+# one only tames what follows). The init is named when its scale was measured too large (reinit_fix); else the
+# forward pass multiplies the signal up, by its weights, its inputs or its structure
+FORWARD_SCALE = (
+    "the gradients are this large before any update, so the forward pass scales the signal up: check the "
+    "initialisation and the input scale, sums over many terms that should be means (an unnormalised adjacency "
+    "or pooling, a loss summed over elements) and residual branches added without normalisation"
+)
+
+
 def exploding_gradient(ctx: Context) -> Hypothesis | None:
     """Exploding gradients; without gradient events, an activation blow-up is the same failure seen in the
     forward pass (weights grown, by a large lr or init, until every layer multiplies its input up), so it
@@ -451,13 +462,16 @@ def exploding_gradient(ctx: Context) -> Hypothesis | None:
     evs = ctx.select(types=[EventType.gradient_health_transition.value], to=["exploding"])
     blow = _blowups(ctx)
     at = min((e.step for e in evs or blow), default=None)
-    tips = lower_lr(ctx, at) + [
-        "clip gradients: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0) before optimizer.step()",
-        "check the initialisation scale (default or Xavier/He, not larger)",
-    ]
-    fixes = lower_lr_fix(ctx, at) + [fix("clip_grad_norm", tips[-2], max_norm=1.0)]
+    clip, init = CLIP_TIP, "check the initialisation scale (default or Xavier/He, not larger)"
+    fixes = lower_lr_fix(ctx, at) + [fix("clip_grad_norm", clip, max_norm=1.0)]
+    reinit = []
     if evs or blow:  # from step 0, before any update: the init's scale (reinit), not the training
-        fixes += reinit_fix(ctx, min(evs or blow, key=lambda e: (e.step, ctx.order(e))), tips[-1], scale="large")
+        reinit = reinit_fix(ctx, min(evs or blow, key=lambda e: (e.step, ctx.order(e))), init, scale="large")
+        fixes += reinit
+    if at == 0:  # before any update: no learning rate made them, the forward pass's scale did (see FORWARD_SCALE)
+        tips = [init if reinit else FORWARD_SCALE, clip, *lower_lr(ctx, at)]
+    else:
+        tips = [*lower_lr(ctx, at), clip, init]
     if not evs:
         if not blow or ctx.select(types=[EventType.optimizer_instability.value], to=["diverging"]):
             return None
