@@ -56,6 +56,7 @@ class StepPacer:
         self._before: UpdateBefore | None = None  # of the sampled optimizer step under way
         self._series = ""  # loss series of the leading optimizer: losses no optimizer step took go there
         self._rescanned = 0  # the last step whose close re-scanned the models for new parameters
+        self._versions: int | None = None  # before any optimizer step: the parameters' versions at the last backward
 
     # ---- optimizer steps ----
 
@@ -142,7 +143,8 @@ class StepPacer:
             if not compiling() and "step" not in pacer._guard.off and pacer._guard.mine():
                 try:
                     # a GradScaler's skipped step (scaled gradients, no optimizer step) is no forgotten step
-                    if pacer.clock.zero_grad(lambda: not pacer._steps.buf.scaled and _has_grads(obj)):
+                    discards = lambda: not pacer._steps.buf.scaled and _has_grads(obj)  # noqa: E731
+                    if pacer.clock.zero_grad(discards, pacer._changed):
                         pacer.advance()
                 except Exception as e:  # noqa: BLE001
                     pacer._guard.fault("step", e)
@@ -176,6 +178,8 @@ class StepPacer:
         `scaled`: its loss was scaled by a GradScaler."""
         try:
             act = self.clock.backward_end(bool(self._opts.optimizers))
+            if not self.clock.stepped and self._opts.optimizers:  # (until the first optimizer step: see _changed)
+                self._versions = self._version_sum()
         except Exception as e:  # noqa: BLE001
             self._guard.fault("step", e)
             return
@@ -190,6 +194,15 @@ class StepPacer:
                 self._guard.fault("grads", e)
         if act == CLOSE:
             self._advance_or_fault()
+
+    def _version_sum(self) -> int:
+        """The parameters' in-place version counters, summed: any in-place change of one moves it."""
+        return sum(p._version for p in self._sets.every().params)
+
+    def _changed(self) -> bool:
+        """Whether a parameter was changed in place since the last backward pass (StepClock.zero_grad: SAM's
+        climb before its first optimizer step)."""
+        return self._versions is not None and self._version_sum() != self._versions
 
     def close_due(self) -> None:
         """A forward or backward pass begins: a backward-counted step (no optimizer: see StepClock) closes

@@ -8,7 +8,10 @@ stepped in one iteration (a GAN's D then G) are one step (see `_paces`). Without
 backward pass is a step. An optimizer that exists but is never stepped (a forgotten `optimizer.step()`) must not
 make the whole run one step: a `zero_grad()` that discards the gradients of a backward pass no optimizer step
 used, before any optimizer has stepped, ends that step; failing that, `ACCUMULATION_LIMIT` backward passes
-without a step do."""
+without a step do. Once, a zero_grad that follows an in-place change of the parameters does not end it: the
+gradients were used, by a sharpness-aware minimiser's climb (SAM: perturb the weights, zero_grad, a second
+forward/backward, then the optimizer's step) whose optimizer step then ends the step; a second time with no
+optimizer step between, they were manual updates, and each such zero_grad ends a step from then on."""
 
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ class StepClock:
         self.fallback = False  # counting backward passes although an optimizer exists (limit hit), until one steps
         self.done = False  # a backward-counted step is complete: it closes when the next pass or zero_grad begins
         self.taken = False  # inside an optimizer step: a backward's loss was taken (LBFGS: the first closure value)
+        self.perturbed = False  # a zero_grad after an in-place change of the parameters was let go (see zero_grad)
         self.lead: Hashable | None = None  # the optimizer that steps first in an iteration (see _paces)
         self._pacer: Hashable | None = None  # the one whose step closes the training step
         self._waiting: dict[Hashable, int] = {}  # steps of each other optimizer since the lead's last
@@ -76,16 +80,21 @@ class StepClock:
             return CLOSE
         return ""
 
-    def zero_grad(self, discards: Callable[[], bool]) -> bool:
+    def zero_grad(self, discards: Callable[[], bool], changed: Callable[[], bool] = lambda: False) -> bool:
         """A zero_grad() begins; True: close the step first (its gradients are still there to read).
         `discards()` tells whether it clears gradients at all. Before any optimizer has stepped, clearing the
-        gradients of backward passes no step used ends a step (the forgotten optimizer.step()); afterwards
-        optimizer steps pace alone (an actor-critic zeroes one model's gradients between two backward passes)."""
+        gradients of backward passes no step used ends a step (the forgotten optimizer.step()), except the
+        first time the parameters were `changed()` in place since those passes (SAM's climb: see the module
+        docstring); afterwards optimizer steps pace alone (an actor-critic zeroes one model's gradients
+        between two backward passes)."""
         if self.depth:
             return False
         if self.done:
             return self.due()
         if not self.stepped and self.backwards and discards():
+            if not self.perturbed and changed():
+                self.perturbed = True
+                return False
             self.backwards = 0
             return True
         return False

@@ -120,6 +120,27 @@ for step in range(30):
     loss.backward()
     log.append(loss.item())
 """,
+    # SAM (davda54/sam layout): climb along the gradient, zero_grad, a second pass there, back, the optimizer's step
+    "sam": """
+m = mlp()
+opt = torch.optim.SGD(m.parameters(), lr=0.05)
+for step in range(6):
+    x, y = batch()
+    loss = nn.functional.mse_loss(m(x), y)
+    loss.backward()
+    with torch.no_grad():
+        eps = [0.05 * p.grad / (p.grad.norm() + 1e-12) for p in m.parameters()]
+        for p, e in zip(m.parameters(), eps):
+            p.add_(e)
+    opt.zero_grad()
+    nn.functional.mse_loss(m(x), y).backward()
+    with torch.no_grad():
+        for p, e in zip(m.parameters(), eps):
+            p.sub_(e)
+    opt.step()
+    opt.zero_grad()
+    log.append(loss.item())
+""",
     # neither optimizer.step() nor zero_grad(): gradients pile up; backward passes past the limit are steps
     "forgotten_no_zero_grad": f"""
 m = mlp()
@@ -180,6 +201,14 @@ def test_forgotten_step_counts_backward_passes_and_is_found(tmp_path):
     assert report["steps_observed"] == 30
     assert [r["loss"] for r in rows] == pytest.approx(logged, rel=1e-5)
     assert report["hypotheses"] and report["hypotheses"][0]["kind"] == "unchanged_weights"
+
+
+def test_sam_two_passes_per_step_are_one_step_from_the_first(tmp_path):
+    """SAM zeroes the first pass's gradients after changing the weights, before any optimizer has stepped: that
+    zero_grad is no forgotten step, the optimizer's step ends the step."""
+    report, rows, logged = _run(tmp_path, "sam")
+    assert report["steps_observed"] == 6 == len(logged)
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4, 5]
 
 
 def test_forgotten_step_without_zero_grad_still_advances(tmp_path):
@@ -330,6 +359,27 @@ def test_clock_zero_grad_ends_a_forgotten_step_only_before_any_step():
     c.step_end("opt")
     c.backward_end(True)
     assert not c.zero_grad(lambda: True)  # actor-critic: zeroing the other model between two backward passes
+
+
+def test_clock_a_zero_grad_after_a_weight_change_ends_no_step_once():
+    """SAM's climb (weights changed, then zero_grad) lets the step go on to its optimizer step; the same again
+    with no optimizer step between is manual updates: that zero_grad and each one after it end a step."""
+    c = StepClock()
+    c.backward_end(True)
+    assert not c.zero_grad(lambda: True, lambda: True)  # SAM's first_step
+    c.backward_end(True)
+    c.step_begin()
+    assert c.step_end("opt") is True  # the optimizer's step ends step 0
+    manual = StepClock()
+    manual.backward_end(True)
+    assert not manual.zero_grad(lambda: True, lambda: True)
+    manual.backward_end(True)
+    assert manual.zero_grad(lambda: True, lambda: True)  # no optimizer step came: manual updates
+    manual.backward_end(True)
+    assert manual.zero_grad(lambda: True, lambda: True)
+    plain = StepClock()  # nothing changed the weights: a forgotten optimizer.step()
+    plain.backward_end(True)
+    assert plain.zero_grad(lambda: True, lambda: False)
 
 
 def test_clock_counts_backward_passes_without_optimizer_and_past_the_limit():
