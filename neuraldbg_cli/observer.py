@@ -28,7 +28,7 @@ from neuraldbg_cli.guard import Guard, compiling
 from neuraldbg_cli.provenance import Outputs, Sites, first_tensor, from_outside, loss_target
 from neuraldbg_cli.records import Steps
 from neuraldbg_cli.rootfinder import RootFinder
-from neuraldbg_cli.roots import OTHER, PARAMS, Root, first_float
+from neuraldbg_cli.roots import OTHER, PARAMS, SAFE, Root, first_float
 from neuraldbg_cli.tensorstats import CHEAP_ONLY, DEAD, EXACT, SAT
 
 _STRIDED = torch.strided
@@ -266,7 +266,8 @@ class ForwardObserver:
         self, st: _Thread, root: Root, module: torch.nn.Module, entry: tuple, args: tuple, output: Any
     ) -> None:
         """Activations are attributed to the layer they follow (the last module with parameters), so a
-        shared `self.act` or a functional F.relu still points at the layer whose units are dead."""
+        shared `self.act` or a functional F.relu (after a Dropout too) still points at the layer whose units are
+        dead."""
         name, flags, kind, out_key = entry
         buf = self._steps.buf
         layer, prev_out = st.layer, st.out
@@ -300,7 +301,9 @@ class ForwardObserver:
             self._arch.norm(root, name, module, args)
         if kind == PARAMS and buf.sampled and next(iter(module.children()), None) is not None:
             self._arch.block(root, name, module, args, output)  # a block with parameters of its own (ReZero)
-        st.layer = name if kind == PARAMS or not act else layer  # activations keep the layer's name
+        # activations keep the layer's name, and so do modules that pass its units on (Dropout, pooling, Flatten,
+        # Identity: finite-preserving), so an F.relu after a Dropout still names the layer whose units are dead
+        st.layer = name if kind == PARAMS or not (act or kind == SAFE) else layer
         st.out = t
         if name not in root._ordered:  # the order layers first ran in, for the trace
             root._ordered.add(name)

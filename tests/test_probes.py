@@ -56,6 +56,26 @@ def test_functional_activation_is_attributed_to_the_layer_before_it():
     assert isinstance(stats, ActStats) and stats.min >= 0
 
 
+def test_functional_activation_after_a_dropout_or_pooling_names_the_layer_with_the_units():
+    """Dropout, pooling and Flatten pass a layer's units on: an F.relu after them is the layer's activation."""
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.drop, self.fc2 = nn.Linear(4, 8), nn.Dropout(0.2), nn.Linear(8, 6)
+            self.pool, self.fc3 = nn.MaxPool1d(2), nn.Linear(3, 1)
+
+        def forward(self, x):
+            h = torch.relu(self.drop(self.fc1(x)))
+            return self.fc3(torch.relu(self.pool(self.fc2(h).unsqueeze(1)).squeeze(1)))
+
+    with Recorder() as rec:
+        _train(Net(), torch.randn(16, 4), torch.randn(16, 1))
+    sites = rec.sites()
+    assert {("Net", "fc1", "activation"), ("Net", "fc2", "activation")} <= sites
+    assert not {("Net", "drop", "activation"), ("Net", "pool", "activation")} & sites
+
+
 def test_shared_activation_module_points_at_each_layer():
     class Net(nn.Module):
         def __init__(self):
