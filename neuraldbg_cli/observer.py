@@ -71,6 +71,7 @@ class ForwardObserver:
         self._arch = ArchReader(steps, guard, models_changed)  # what layers are: norms, losses, attention, blocks
         self._off = guard.off  # (the same set: read at every module call)
         self._outputs = Outputs()  # storages of recent model outputs: never data (see provenance)
+        self._made_step = -1  # the last step in which a model ran that this forward does not train (_other_output)
         self._sites = Sites()  # the call site that gives each data site its statistics (see provenance)
         self.losses_on = False  # install() to removal: `from torch.nn.functional import mse_loss` keeps our wrapper
         self._local = threading.local()
@@ -242,6 +243,7 @@ class ForwardObserver:
             return
         if next(module.parameters(), None) is not None:
             self._outputs.add(output)
+            self._made_step = self._steps.step
         elif isinstance(output, torch.Tensor) and output.dim() == 0 and output.requires_grad:
             if not isinstance(module, _Loss) and self._training():
                 self._observe_target(loss_target(args, {}))
@@ -249,7 +251,12 @@ class ForwardObserver:
     # ---- data ----
 
     def _observe_target(self, t: torch.Tensor | None) -> None:
-        """A loss's target, when it is data (a teacher's prediction or a mask is not)."""
+        """A loss's target, when it is data (a teacher's prediction or a mask is not). Nor is a target computed
+        in a step in which a model ran outside training (under no_grad, or frozen): a DQN's r + gamma * max
+        Q_target(s'), a critic's bootstrapped return, a teacher's sharpened output are made from that output
+        by arithmetic, in storage of their own, and move as the model learns, by design."""
+        if self._made_step == self._steps.step:
+            return
         if t is not None and t.is_floating_point() and t.numel() > 0 and from_outside(t, self._outputs):
             self._observe_data(("", "", "target"), t)
 
