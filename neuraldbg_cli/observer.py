@@ -226,8 +226,11 @@ class ForwardObserver:
         self._steps.buf.active.add(found.root.name)
         if found.whole:
             x = first_tensor(args)  # by position: `model(tokens, hidden)` has int64 data, and no float statistics
-            if x is not None and x.is_floating_point() and x.numel() > 0 and from_outside(x, self._outputs):
-                self._observe_data((found.root.name, "", "input"), x)
+            if x is not None and x.is_floating_point() and x.numel() > 0:
+                if from_outside(x, self._outputs):
+                    self._observe_data((found.root.name, "", "input"), x)
+                elif x.requires_grad and not self._outputs.made(x):
+                    self._steps.buf.input_grad = True
 
     def _training(self) -> bool:
         """Whether a forward now can be training: gradients on, in this process, and no torch.func

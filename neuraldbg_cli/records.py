@@ -55,6 +55,7 @@ class StepBuffer:
         "covered",
         "time",
         "scaled",
+        "input_grad",
         "active",
         "norm_train",
         "stepped",
@@ -79,6 +80,9 @@ class StepBuffer:
         self.active: set[str] = set()  # roots whose forward ran in this step
         self.time: float | None = None  # perf_counter() when the step closed
         self.scaled = False  # a GradScaler-scaled backward happened in this step
+        # a trained model ran on an input that needs a gradient and is no model's output (an adversarial
+        # perturbation X + delta): the backward passes of this step may be for the input, not the weights
+        self.input_grad = False
         self.stepped: list[tuple] = []  # the owners (root, module) of each optimizer stepped in this step
         self.norm_train: dict[tuple, int] = {}  # norm layers (root, module) -> their training-mode calls this step
         self.held: list[tuple[tuple, torch.Tensor]] = []  # CPU outputs awaiting their loss (see watch)
