@@ -71,6 +71,7 @@ class ForwardObserver:
         self._arch = ArchReader(steps, guard, models_changed)  # what layers are: norms, losses, attention, blocks
         self._off = guard.off  # (the same set: read at every module call)
         self._outputs = Outputs()  # storages of recent model outputs: never data (see provenance)
+        self._made_step = -1  # the last step in which a model ran that this forward does not train (_other_output)
         self._sites = Sites()  # the call site that gives each data site its statistics (see provenance)
         self.losses_on = False  # install() to removal: `from torch.nn.functional import mse_loss` keeps our wrapper
         self._local = threading.local()
@@ -225,8 +226,11 @@ class ForwardObserver:
         self._steps.buf.active.add(found.root.name)
         if found.whole:
             x = first_tensor(args)  # by position: `model(tokens, hidden)` has int64 data, and no float statistics
-            if x is not None and x.is_floating_point() and x.numel() > 0 and from_outside(x, self._outputs):
-                self._observe_data((found.root.name, "", "input"), x)
+            if x is not None and x.is_floating_point() and x.numel() > 0:
+                if from_outside(x, self._outputs):
+                    self._observe_data((found.root.name, "", "input"), x)
+                elif x.requires_grad and not self._outputs.made(x):
+                    self._steps.buf.input_grad = True
 
     def _training(self) -> bool:
         """Whether a forward now can be training: gradients on, in this process, and no torch.func
@@ -242,6 +246,7 @@ class ForwardObserver:
             return
         if next(module.parameters(), None) is not None:
             self._outputs.add(output)
+            self._made_step = self._steps.step
         elif isinstance(output, torch.Tensor) and output.dim() == 0 and output.requires_grad:
             if not isinstance(module, _Loss) and self._training():
                 self._observe_target(loss_target(args, {}))
@@ -249,7 +254,12 @@ class ForwardObserver:
     # ---- data ----
 
     def _observe_target(self, t: torch.Tensor | None) -> None:
-        """A loss's target, when it is data (a teacher's prediction or a mask is not)."""
+        """A loss's target, when it is data (a teacher's prediction or a mask is not). Nor is a target computed
+        in a step in which a model ran outside training (under no_grad, or frozen): a DQN's r + gamma * max
+        Q_target(s'), a critic's bootstrapped return, a teacher's sharpened output are made from that output
+        by arithmetic, in storage of their own, and move as the model learns, by design."""
+        if self._made_step == self._steps.step:
+            return
         if t is not None and t.is_floating_point() and t.numel() > 0 and from_outside(t, self._outputs):
             self._observe_data(("", "", "target"), t)
 

@@ -142,16 +142,40 @@ class StepPacer:
         def zero_grad(obj: Any, *args: Any, **kwargs: Any) -> Any:
             if not compiling() and "step" not in pacer._guard.off and pacer._guard.mine():
                 try:
-                    # a GradScaler's skipped step (scaled gradients, no optimizer step) is no forgotten step
-                    discards = lambda: not pacer._steps.buf.scaled and _has_grads(obj)  # noqa: E731
+                    # a GradScaler's skipped step (scaled gradients, no optimizer step) is no forgotten step, nor
+                    # are backward passes run for an input's gradient (an attack's, see StepBuffer.input_grad)
+                    buf = pacer._steps.buf
+                    discards = lambda: not buf.scaled and not buf.input_grad and _has_grads(obj)  # noqa: E731
                     if pacer.clock.zero_grad(discards, pacer._changed):
                         pacer.advance()
+                    else:
+                        pacer._drop_discarded(obj)
                 except Exception as e:  # noqa: BLE001
                     pacer._guard.fault("step", e)
             return original(obj, *args, **kwargs)
 
         zero_grad.__wrapped__ = original  # type: ignore[attr-defined]
         return zero_grad
+
+    def _drop_discarded(self, obj: Any) -> None:
+        """A zero_grad that no step close preceded: when it discards every gradient the models hold, the
+        backward passes since the last optimizer step served no update (an adversarial attack's inner loop
+        takes the input's gradient with loss.backward(), then zero_grad() clears what reached the weights):
+        their losses are no part of the step's loss (a NaN/Inf among them still is: see discard_losses). Kept
+        when a GradScaler scaled them (a skipped step's loss), inside an optimizer step (a closure zeroes before
+        its own backward) and when some other parameter still holds a gradient (one model's zero_grad between
+        two models' backward passes)."""
+        buf, clock = self._steps.buf, self.clock
+        if buf.pending is None or buf.scaled or clock.depth or clock.done or not _has_grads(obj):
+            return
+        mine = (
+            {id(p) for p in obj.parameters()}
+            if isinstance(obj, torch.nn.Module)
+            else {id(p) for g in obj.param_groups for p in g["params"]}
+        )
+        if any(p.grad is not None and id(p) not in mine for p in self._sets.every().params):
+            return
+        buf.discard_losses()
 
     def _close_before(self) -> None:
         """A new phase's optimizer steps a second time (StepClock.takes_over): its first update, still in the

@@ -50,11 +50,13 @@ class StepBuffer:
         "check_keys",
         "losses",
         "pending",
+        "discarded",
         "main",
         "seen",
         "covered",
         "time",
         "scaled",
+        "input_grad",
         "active",
         "norm_train",
         "stepped",
@@ -72,6 +74,7 @@ class StepBuffer:
         self.check_keys: list[tuple] = []
         self.losses: dict[str, torch.Tensor] = {}  # loss series (the root model an optimizer trains) -> its sum
         self.pending: torch.Tensor | None = None  # backward losses since the last optimizer step, summed
+        self.discarded: torch.Tensor | None = None  # 0, or NaN for a non-finite one: see discard_losses
         self.main: str | None = None  # the series of the optimizer that paces the steps (StepRecord.loss)
         self._check_at: dict[tuple, int] | None = None  # key -> index, once the checks are folded
         self.seen: set[tuple] = set()
@@ -79,6 +82,9 @@ class StepBuffer:
         self.active: set[str] = set()  # roots whose forward ran in this step
         self.time: float | None = None  # perf_counter() when the step closed
         self.scaled = False  # a GradScaler-scaled backward happened in this step
+        # a trained model ran on an input that needs a gradient and is no model's output (an adversarial
+        # perturbation X + delta): the backward passes of this step may be for the input, not the weights
+        self.input_grad = False
         self.stepped: list[tuple] = []  # the owners (root, module) of each optimizer stepped in this step
         self.norm_train: dict[tuple, int] = {}  # norm layers (root, module) -> their training-mode calls this step
         self.held: list[tuple[tuple, torch.Tensor]] = []  # CPU outputs awaiting their loss (see watch)
@@ -150,7 +156,18 @@ class StepBuffer:
 
     def add_loss(self, t: torch.Tensor) -> None:
         """A backward pass's loss (0-d float): summed with the others until an optimizer step takes them."""
+        if self.discarded is not None:  # t itself, bit for bit, unless a discarded loss was NaN/Inf
+            t, self.discarded = t + self.discarded, None
         self.pending = t if self.pending is None else self.pending + t
+
+    def discard_losses(self) -> None:
+        """The backward passes since the last optimizer step served no update (StepPacer._drop_discarded): their
+        losses leave the step's loss, but a NaN/Inf among them must still show, with no read: `pending * 0` is
+        NaN iff one was not finite, else a zero that the next loss absorbs exactly (0 + x == x)."""
+        if self.pending is not None:
+            zero = torch.mul(self.pending, 0)
+            self.discarded = zero if self.discarded is None else self.discarded + zero
+            self.pending = None
 
     def assign_loss(self, series: str, main: bool = False) -> None:
         """The losses since the last optimizer step (summed: micro-batch losses of an accumulation add up to

@@ -141,6 +141,23 @@ for step in range(6):
     opt.zero_grad()
     log.append(loss.item())
 """,
+    # a NaN guard: a non-finite loss's gradients are zeroed and the iteration skipped (no optimizer step)
+    "nan_skip": """
+m = mlp()
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+for step in range(8):
+    x, y = batch()
+    loss = nn.functional.mse_loss(m(x), y)
+    if step == 4:
+        loss = loss * float("nan")
+    loss.backward()
+    if not torch.isfinite(loss):
+        opt.zero_grad()
+        continue
+    opt.step()
+    opt.zero_grad()
+    log.append(loss.item())
+""",
     # neither optimizer.step() nor zero_grad(): gradients pile up; backward passes past the limit are steps
     "forgotten_no_zero_grad": f"""
 m = mlp()
@@ -209,6 +226,16 @@ def test_sam_two_passes_per_step_are_one_step_from_the_first(tmp_path):
     report, rows, logged = _run(tmp_path, "sam")
     assert report["steps_observed"] == 6 == len(logged)
     assert [r["step"] for r in rows] == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_skipped_nan_loss_still_shows_although_its_gradients_were_discarded(tmp_path):
+    """A zero_grad that discards every gradient drops the passes' losses from the step's loss (an attack's), but
+    a NaN/Inf among them is never dropped: the guarded NaN is still reported, at the step that took it."""
+    report, rows, logged = _run(tmp_path, "nan_skip")
+    assert report["steps_observed"] == 7 == len(logged)
+    assert any(h["kind"] == "non_finite" for h in report["hypotheses"]), report["hypotheses"]
+    finite = [r["loss"] for r in rows if r["step"] != 4]
+    assert finite == pytest.approx(logged[:4] + logged[5:], rel=1e-5)
 
 
 def test_forgotten_step_without_zero_grad_still_advances(tmp_path):

@@ -78,6 +78,32 @@ for i in range(4):
     nn.functional.mse_loss(head(enc(x).detach()), y).backward()
     opt_b.step()
 """,
+    # PGD adversarial training (locuslab/fast_adversarial layout): 3 attack steps take the input's gradient with
+    # loss.backward() (it reaches the weights too), zero_grad discards that, then the training step: 6 iterations,
+    # and a final attack on test data that no optimizer step follows
+    "pgd_attack": """
+m = mlp(4, 3)
+opt = torch.optim.SGD(m.parameters(), lr=0.05)
+def attack(x, y):
+    delta = torch.zeros_like(x).uniform_(-0.1, 0.1).requires_grad_(True)
+    for _ in range(3):
+        nn.functional.cross_entropy(m(x + delta), y).backward()
+        delta.data = (delta + 0.03 * delta.grad.sign()).clamp(-0.1, 0.1)
+        delta.grad.zero_()
+    return delta.detach()
+losses = []
+for i in range(6):
+    x, _ = batch()
+    y = (x[:, 0] > 0).long() + (x[:, 1] > 1).long()
+    delta = attack(x, y)
+    loss = nn.functional.cross_entropy(m(x + delta), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    losses.append(loss.item())
+attack(*batch()[:1], torch.zeros(16, dtype=torch.long))
+print("LOSSES", losses)
+""",
 }
 
 
@@ -114,6 +140,23 @@ def test_gan_two_optimizers_stepped_in_one_iteration_are_one_step(tmp_path):
 
 def test_phases_count_every_update(tmp_path):
     _check(*_run(tmp_path, "phases"), 9)
+
+
+def test_attack_backward_passes_are_no_step_and_no_part_of_its_loss(tmp_path):
+    """Backward passes for an input's gradient whose weight gradients a zero_grad then discards: the first one
+    (before any optimizer step) is no forgotten optimizer.step(), and their losses are not the step's loss."""
+    report, rows, events = _run(tmp_path, "pgd_attack")
+    _check(report, rows, events, 6)
+    losses = [r["loss"] for r in rows]
+    assert all(abs(a - b) < 1e-5 * max(1.0, abs(b)) for a, b in zip(losses, _printed_losses(tmp_path))), losses
+
+
+def _printed_losses(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, tmp_path / "pgd_attack.py"], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.split("LOSSES")[1].strip())
 
 
 def test_clock_a_new_phase_closes_its_first_update_before_its_second():
