@@ -74,7 +74,7 @@ class StepBuffer:
         self.check_keys: list[tuple] = []
         self.losses: dict[str, torch.Tensor] = {}  # loss series (the root model an optimizer trains) -> its sum
         self.pending: torch.Tensor | None = None  # backward losses since the last optimizer step, summed
-        self.discarded: torch.Tensor | None = None  # 0, or NaN for a non-finite one: see discard_losses
+        self.discarded: torch.Tensor | None = None  # losses whose gradients a zero_grad discarded: see discard_losses
         self.main: str | None = None  # the series of the optimizer that paces the steps (StepRecord.loss)
         self._check_at: dict[tuple, int] | None = None  # key -> index, once the checks are folded
         self.seen: set[tuple] = set()
@@ -157,22 +157,24 @@ class StepBuffer:
     def add_loss(self, t: torch.Tensor) -> None:
         """A backward pass's loss (0-d float): summed with the others until an optimizer step takes them."""
         if self.discarded is not None:  # t itself, bit for bit, unless a discarded loss was NaN/Inf
-            t, self.discarded = t + self.discarded, None
+            t, self.discarded = t + torch.mul(self.discarded, 0), None
         self.pending = t if self.pending is None else self.pending + t
 
     def discard_losses(self) -> None:
-        """The backward passes since the last optimizer step served no update (StepPacer._drop_discarded): their
-        losses leave the step's loss, but a NaN/Inf among them must still show, with no read: `pending * 0` is
-        NaN iff one was not finite, else a zero that the next loss absorbs exactly (0 + x == x)."""
+        """The backward passes since the last optimizer step served no update (StepPacer._drop_discarded): a later
+        pass's loss replaces theirs, with no read: `discarded * 0` is NaN iff one was not finite, else a zero it
+        absorbs exactly (0 + x == x), so a NaN/Inf among them still shows. With no pass after them before the
+        step (gradients zeroed between backward() and step(): a bug), the step's loss is theirs."""
         if self.pending is not None:
-            zero = torch.mul(self.pending, 0)
-            self.discarded = zero if self.discarded is None else self.discarded + zero
+            self.discarded = self.pending if self.discarded is None else self.discarded + self.pending
             self.pending = None
 
     def assign_loss(self, series: str, main: bool = False) -> None:
         """The losses since the last optimizer step (summed: micro-batch losses of an accumulation add up to
         the step's loss) belong to `series`; a series stepped twice in one step (while pacing is handed over
         between optimizers) keeps its latest. `main`: the series of the optimizer that leads the steps."""
+        if self.pending is None and self.discarded is not None:  # no pass came after them (see discard_losses)
+            self.pending, self.discarded = self.discarded, None
         if self.pending is not None:
             self.losses[series] = self.pending
             self.pending = None

@@ -158,6 +158,18 @@ for step in range(8):
     opt.zero_grad()
     log.append(loss.item())
 """,
+    # the gradients zeroed between backward() and step() (a bug): nothing reaches the weights
+    "zero_before_step": """
+m = mlp()
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+for step in range(6):
+    x, y = batch()
+    loss = nn.functional.mse_loss(m(x), y)
+    loss.backward()
+    opt.zero_grad()
+    opt.step()
+    log.append(loss.item())
+""",
     # neither optimizer.step() nor zero_grad(): gradients pile up; backward passes past the limit are steps
     "forgotten_no_zero_grad": f"""
 m = mlp()
@@ -236,6 +248,12 @@ def test_a_skipped_nan_loss_still_shows_although_its_gradients_were_discarded(tm
     assert any(h["kind"] == "non_finite" for h in report["hypotheses"]), report["hypotheses"]
     finite = [r["loss"] for r in rows if r["step"] != 4]
     assert finite == pytest.approx(logged[:4] + logged[5:], rel=1e-5)
+
+
+def test_gradients_zeroed_before_the_step_keep_their_loss(tmp_path):
+    """No backward pass follows the zero_grad that discarded the step's gradients: its loss stays the step's."""
+    report, rows, logged = _run(tmp_path, "zero_before_step")
+    assert [r["loss"] for r in rows if r["loss"] is not None] == pytest.approx(logged, rel=1e-5)
 
 
 def test_forgotten_step_without_zero_grad_still_advances(tmp_path):
