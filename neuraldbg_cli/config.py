@@ -52,6 +52,14 @@ class Thresholds(BaseModel):
         "block, and attention query/key, 1e-5 of the largest layer at "
         "initialisation in every block, are small by design",
     )
+    vanish_bypass_ratio: float = Field(
+        1e-2,
+        description="a layer far below the largest is vanishing only while no layer that runs before it (nearer "
+        "the input) gets more than 1/this times its gradient: where one of them gets 100x more, the "
+        "gradient reaches the input by another path (a U-Net's skip concatenations around its bottleneck, a "
+        "branch beside the main path) and the small layer is a branch that contributes little, not a gradient "
+        "vanishing toward the input, which leaves every layer before it smaller still",
+    )
     vanish_min_layers: int = Field(
         3,
         description="matrix layers with a gradient a model needs before one is "

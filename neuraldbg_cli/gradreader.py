@@ -41,6 +41,16 @@ _DENSE = {torch.strided}
 _GRAD, _LAYOUT = operator.attrgetter("grad"), operator.attrgetter("layout")
 
 
+# a sparse COO gradient (nn.Embedding/EmbeddingBag(sparse=True), trained by SparseAdam or SGD) holds the rows
+# the batch touched: its norm is the norm of its coalesced values (repeated indices summed first)
+_READABLE = {torch.strided, torch.sparse_coo}
+
+
+def _dense_part(g: torch.Tensor) -> torch.Tensor:
+    """The values whose norm is the gradient's: the tensor itself, or a sparse one's coalesced values."""
+    return g if g.layout is _STRIDED else g.coalesce().values()
+
+
 class _BitViews(NamedTuple):
     ptrs: list[int]  # data_ptr() of each weight when its views were made
     views: list[torch.Tensor | None]
@@ -55,7 +65,7 @@ class GradReader:
 
     def norms(self, buf: StepBuffer, ps: ParamSet) -> None:
         """One fused norm over the gradients present that this step has not read yet; a parameter without a
-        .grad (or with a sparse one) is simply absent. Between samples a big dense gradient's RMS is read off
+        .grad is simply absent, a sparse one is read from its values (_dense_part). Between samples a big dense gradient's RMS is read off
         an even sample of it (tensorstats.sample), scaled to the whole tensor. Runs every step: the usual case
         (every gradient there, none read yet, nothing sharded) takes the short way, with what depends only on
         the parameters (which are big, whether any is sharded) worked out when the set was built."""
@@ -83,9 +93,10 @@ class GradReader:
             keep = [
                 i
                 for i, (p, g) in enumerate(zip(params, grads))
-                if g is not None and g.layout == torch.strided and id(p) not in buf.covered
+                if g is not None and g.layout in _READABLE and id(p) not in buf.covered
             ]
-            params, owners, grads = [params[i] for i in keep], tuple(owners[i] for i in keep), [grads[i] for i in keep]
+            params, owners = [params[i] for i in keep], tuple(owners[i] for i in keep)
+            grads = [_dense_part(grads[i]) for i in keep]
         buf.covered.update(ps.ids)
         if not grads:
             return

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import deque
 from typing import Any
 
 from neuraldbg_cli.config import Thresholds
@@ -29,6 +30,7 @@ from neuraldbg_cli.fixspec import fix
 from neuraldbg_cli.vocab import SATURATING_TYPES, is_norm
 
 ETYPE = EventType.activation_regime_shift.value
+LOSS_LEVEL_VALUES = 10  # the latest losses whose median is a series' level (a noisy batch does not move it)
 # the states as plain strings (classified per site per sampled step: an Enum's `.value` is a descriptor call)
 NORMAL, DEAD, SATURATED, ANOMALOUS = (
     ActState.normal.value,
@@ -73,8 +75,13 @@ class ActivationObserver(Observer):
         super().__init__(board)
         self.act_base: dict[tuple, list[float]] = {}
         self.baselines: dict[tuple, float] = {}  # key -> median of its full act_base (it stops growing then)
+        self.recent: dict[str, deque[float]] = {}  # loss series -> its latest finite values
+        self.late: set[str] = set()  # roots with a layer that saturated after a normal start (see summary)
 
     def observe(self, rec: StepRecord) -> None:
+        for series, loss in rec.losses.items():
+            if math.isfinite(loss):
+                self.recent.setdefault(series, deque(maxlen=LOSS_LEVEL_VALUES)).append(loss)
         outputs: dict[str, str | None] = {}  # root -> its output layer, read once per step
         machines, n_base = self.board.machines, self.th.baseline_samples
         for (root, module, site), s in rec.acts.items():
@@ -109,7 +116,31 @@ class ActivationObserver(Observer):
             }
             if baseline:  # the metric that moved, for an activation blow-up
                 metrics.update(baseline_std=baseline, std_ratio=s.std / baseline)
+                if state == SATURATED:  # saturated after a normal start: where its loss stood then (see summary)
+                    level = self._loss_level(root)
+                    if level is not None:
+                        metrics["loss_at"] = level
+                        self.late.add(root)
             self.board.feed(key, NORMAL, state, rec.step, metrics, ETYPE, site, root, module)
+
+    def _loss_level(self, root: str) -> float | None:
+        """The median of the latest values of `root`'s own loss series (the one named after it or a part of it;
+        the only one when there is one); None while too few."""
+        names = [n for n in self.recent if n == root or n.startswith(root + ".")]
+        if len(names) != 1:
+            names = list(self.recent) if len(self.recent) == 1 else []
+        values = self.recent[names[0]] if names else ()
+        return statistics.median(values) if len(values) >= 3 else None
+
+    def summary(self) -> dict[str, Any]:
+        """Per root that had a layer saturate after a normal start, its loss level at the end (`loss_now.ROOT`):
+        saturated_activation compares it with the level when the saturation began (the event's `loss_at`)."""
+        out: dict[str, Any] = {}
+        for root in sorted(self.late):
+            level = self._loss_level(root)
+            if level is not None:
+                out[f"loss_now.{root}"] = level
+        return out
 
     def _output_layer(self, root: str) -> str | None:
         model = self.board.models.get(root)
@@ -153,8 +184,10 @@ def _activation_rule(
     tips: list[str],
     phrase: str,
     fixes: list[dict[str, Any]] | None = None,
+    evs: list[Event] | None = None,
 ) -> Hypothesis | None:
-    evs = ctx.select(types=[EventType.activation_regime_shift.value], to=[state])
+    if evs is None:
+        evs = ctx.select(types=[EventType.activation_regime_shift.value], to=[state])
     if not evs:
         return None
     first = _first_by_module(evs)
@@ -212,15 +245,47 @@ def saturated_activation(ctx: Context) -> Hypothesis | None:
             fixes = reinit_fix(ctx, min(hidden, key=lambda e: (e.step, ctx.order(e))), tips[0], "xavier", "large")
         if _model_has(ctx, SATURATING_TYPES.__contains__):
             fixes.append(fix("activation_swap", tips[-1], to="ReLU"))
-    return _activation_rule(
-        ctx,
-        "saturated",
-        Kind.saturated_activation,
-        0.62,
-        tips,
-        "Bounded activations are pinned at their rails (saturated, gradient ≈ 0)",
-        fixes,
+    phrase = "Bounded activations are pinned at their rails (saturated, gradient ≈ 0)"
+    stalled = [e for e in evs if _learned(ctx, e) is None]
+    if stalled or not evs:
+        return _activation_rule(ctx, "saturated", Kind.saturated_activation, 0.62, tips, phrase, fixes, stalled)
+    # every saturation began after a normal start and the loss kept improving after it: the model grew
+    # confident (bounded units driven to their rails by what it learned), training did not stall; kept, weak
+    hyp = _activation_rule(ctx, "saturated", Kind.saturated_activation, 0.62, tips, phrase, fixes, evs)
+    if hyp is not None:
+        first = min(evs, key=lambda e: (e.step, ctx.order(e)))
+        at, now = _learned(ctx, first) or (0.0, 0.0)
+        hyp.confidence = round(hyp.confidence * LEARNED_FACTOR, 3)
+        hyp.summary += (
+            f" Each began after a normal start, and the loss kept improving after it ({at:.4g} -> {now:.4g} from "
+            f"step {first.step}): saturation the model learned its way into, not a stall."
+        )
+    return hyp
+
+
+LEARNED_FACTOR = 0.5  # a saturation training went on improving through: below the 0.5 that --fail-on reads
+
+
+def _learned(ctx: Context, e: Event) -> tuple[float, float] | None:
+    """(loss level when the saturation began, at the end) when the layer saturated after a normal start
+    (its event carries `loss_at`, see ActivationObserver) and its model's loss then improved by at least
+    fade_loss_gain of its level: bounded units the model drove to their rails as it grew confident (an additive
+    attention's tanh energies, a gate that learned to open). Saturation that stalls training leaves the loss
+    where it was; saturation from the first step is the init's or the inputs' scale and is never excused."""
+    at = e.metrics.get("loss_at")
+    if at is None or not math.isfinite(at):
+        return None
+    now = next(
+        (
+            s.metrics.get(f"loss_now.{e.root}")
+            for s in reversed(ctx.select(types=[EventType.run_summary.value]))
+            if s.metrics.get(f"loss_now.{e.root}") is not None
+        ),
+        None,
     )
+    if now is None or not at - now > ctx.thresholds.fade_loss_gain * abs(at):
+        return None
+    return at, now
 
 
 FAMILY = Family("activations", ActivationObserver, (dead_activation, saturated_activation))

@@ -58,10 +58,13 @@ def classify_gradient(
     depth: int,
     th: Thresholds,
     ahead: float | None = None,
+    upstream: float | None = None,
 ) -> str:
     """rms: this module's gradient RMS (None: no gradient). ref_max: the largest over matrix layers of the same
     model; depth: how many of them have a gradient.
-    ahead: the largest RMS of the same layer in the other blocks of a repeated stack (see GradientObserver._ahead)."""
+    ahead: the largest RMS of the same layer in the other blocks of a repeated stack (see GradientObserver._ahead).
+    upstream: the largest RMS of the matrix layers that ran before it in the forward pass (see
+    GradientObserver._upstream)."""
     if rms is None or rms == 0.0:
         return ABSENT
     if not math.isfinite(rms):
@@ -74,6 +77,7 @@ def classify_gradient(
             depth >= th.vanish_min_layers
             and rms < th.vanish_ratio * ref_max
             and (ahead is None or rms < th.vanish_context_ratio * ahead)
+            and (upstream is None or upstream * th.vanish_bypass_ratio <= rms)
         )
     ):
         return VANISHING
@@ -215,9 +219,12 @@ class GradientObserver(Observer):
         ref_median: float | None = None  # statistics.median(matrix), when first needed
         depth = len(matrix)
         ahead: dict[str, float] = {}
+        upstream: dict[str, float] = {}
         if matrix and depth >= th.vanish_min_layers and min(matrix) < th.vanish_ratio * ref_max:
             # the same layer in other blocks matters only to a matrix layer far below the largest
-            ahead = self._ahead(model, {layer[0]: rms for layer, rms in seen})
+            by_name = {layer[0]: rms for layer, rms in seen}
+            ahead = self._ahead(model, by_name)
+            upstream = self._upstream(model, by_name)
         machines, since, got_grad = self.board.machines, self.board.grad_since, self.got_grad
         n_base = th.baseline_samples
         for (name, info, gkey, key), rms in seen:
@@ -235,7 +242,14 @@ class GradientObserver(Observer):
                 if len(base) >= n_base:
                     baseline = self.baselines[key] = statistics.median(base)
             state = classify_gradient(
-                rms, ref_max, baseline, info.weight_ndim2, depth, th, ahead.get(name) if ahead else None
+                rms,
+                ref_max,
+                baseline,
+                info.weight_ndim2,
+                depth,
+                th,
+                ahead.get(name) if ahead else None,
+                upstream.get(name) if upstream else None,
             )
             # the baseline that growth is measured against: the layer's own early scale, once it is on the scale
             # of its model's layers. A factor that starts at exactly 0 or ~1e-6 by construction (LoRA's A while B
@@ -312,6 +326,27 @@ class GradientObserver(Observer):
     def floor(self, now: int) -> int:
         """A fade is dated back to where the decline began (at most fade_lookback steps)."""
         return min([now, *(f.floor(now, self.th) for f in self.fades.values())])
+
+    def _upstream(self, model: ModelInfo, rms: dict[str, float | None]) -> dict[str, float]:
+        """Per matrix layer, the largest gradient RMS among the matrix layers that ran before it in the forward
+        pass (nearer the input). A gradient that vanishes toward the input leaves every earlier layer smaller
+        still; an earlier layer that gets far more than a layer deeper in the net gets its gradient by another
+        path (a U-Net's skip concatenations around its bottleneck), so that deep layer is a branch contributing
+        little at the moment, not the input starved (see classify_gradient)."""
+        out: dict[str, float] = {}
+        top = 0.0
+        modules = model.modules
+        for n in model.order:
+            info = modules.get(n)
+            if info is None or not info.weight_ndim2:
+                continue
+            v = rms.get(n)
+            if not _finite(v) or not v:
+                continue
+            if top > 0.0:
+                out[n] = top
+            top = max(top, v)  # type: ignore[type-var]
+        return out
 
     def _ahead(self, model: ModelInfo, rms: dict[str, float | None]) -> dict[str, float]:
         """Per matrix layer that repeats (the same name with other block numbers: `layer.0.attention.query`,
