@@ -345,7 +345,7 @@ class GradientObserver(Observer):
                 continue
             if top > 0.0:
                 out[n] = top
-            top = max(top, v)  # type: ignore[type-var]
+            top = max(top, v)
         return out
 
     def _ahead(self, model: ModelInfo, rms: dict[str, float | None]) -> dict[str, float]:
