@@ -146,15 +146,16 @@ def test_a_frozen_teacher_mask_and_prediction_are_neither_data_nor_targets():
 
     def distill(student):
         with torch.no_grad():
-            soft = teacher(X, MASK).softmax(-1)  # a new tensor made from the teacher's output: data, and finite
+            # a new tensor made from the teacher's output in this step: the teacher's, not data (a model ran
+            # outside training in this step: its outputs make targets by design, see _observe_target)
+            soft = teacher(X, MASK).softmax(-1)
         return nn.functional.mse_loss(student(X), teacher(X, MASK)) + nn.functional.kl_div(
             student(X).log_softmax(-1), soft, reduction="batchmean")
 
     for rec in _observed(distill):
         sites = {k: v for k, v in rec.acts.items() if k[2] in ("input", "target")}
-        assert set(sites) == {("Linear", "", "input"), ("", "", "target")}, sites
+        assert set(sites) == {("Linear", "", "input")}, sites  # neither the -inf mask nor a teacher-made target
         assert all(v.nonfinite == 0 for v in sites.values())
-        assert sites[("", "", "target")].max <= 1.0  # the probabilities, not the teacher's -inf logits
 
 
 def test_a_replaced_head_is_counted_once_and_not_kept_alive():
