@@ -66,9 +66,12 @@ def _onset(h: Hypothesis) -> int:
 def _produced_by(setting: SettingCause, h: Hypothesis, slack: int) -> bool:
     """A setting acts through the updates: it explains what began after step 0, while its evidence lasted
     (within `slack`, the sampling interval that dates that evidence and most effects; a NaN is checked on
-    every step, so its onset is exact)."""
+    every step, so its onset is exact). A plateau is the exception: it is dated where the flat stretch began,
+    step 0 for a loss that never moved, yet what it says is that the updates from the first on did not lower
+    the loss, which is what a setting that acts through them does."""
     late = 0 if h.kind == Kind.non_finite else slack
-    return h.kind in setting.effects and _onset(h) > 0 and setting.in_force(_onset(h), slack, late)
+    after_updates = _onset(h) > 0 or h.kind == Kind.loss_plateau
+    return h.kind in setting.effects and after_updates and setting.in_force(_onset(h), slack, late)
 
 
 def name_setting(

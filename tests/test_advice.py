@@ -342,6 +342,15 @@ def test_weight_decay_collapse_is_named():
     assert not any(RAISE.search(s) for h in hyps for s in h.suggestions)
 
 
+def test_weight_decay_is_named_in_a_plateau_dated_at_step_zero():
+    """A loss that never moved is dated at step 0, where its flat stretch began; it still says the updates from
+    the first on did not lower it, which a decay that collapses the weights from step 5 explains."""
+    flat = [ev(LOSS, 0, None, "normal", "plateau", "loss", start=3.3, best=3.29, recent=3.3)]
+    top = explain(COLLAPSE + flat, MODELS, optimizer("AdamW", 5e-4, weight_decay=1000.0))[0]
+    assert top.kind == Kind.loss_plateau and "weight decay collapses the weights" in top.summary.lower()
+    assert top.suggestions[0].startswith("lower weight_decay (1000 with AdamW)")
+
+
 def test_a_usual_weight_decay_is_not_blamed():
     evs = COLLAPSE + FIRES[Kind.loss_plateau]
     h = explain(evs, MODELS, optimizer("AdamW", 1e-3, weight_decay=0.01))[0]
