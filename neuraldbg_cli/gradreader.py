@@ -65,10 +65,11 @@ class GradReader:
 
     def norms(self, buf: StepBuffer, ps: ParamSet) -> None:
         """One fused norm over the gradients present that this step has not read yet; a parameter without a
-        .grad is simply absent, a sparse one is read from its values (_dense_part). Between samples a big dense gradient's RMS is read off
-        an even sample of it (tensorstats.sample), scaled to the whole tensor. Runs every step: the usual case
-        (every gradient there, none read yet, nothing sharded) takes the short way, with what depends only on
-        the parameters (which are big, whether any is sharded) worked out when the set was built."""
+        .grad is simply absent, a sparse one is read from its values (_dense_part). Between samples a big dense
+        gradient's RMS is read off an even sample of it (tensorstats.sample), scaled to the whole tensor. Runs
+        every step: the usual case (every gradient there, none read yet, nothing sharded) takes the short way,
+        with what depends only on the parameters (which are big, whether any is sharded) worked out when the set
+        was built."""
         params, owners = ps.params, ps.owners
         grads: list = list(map(_GRAD, params))  # (map and set: no Python frame per parameter, every step)
         try:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.events import RUN_STATES, EventType, ModelInfo, SemanticEvent, StepRecord
 from neuraldbg_cli.families import FAMILIES
-from neuraldbg_cli.families.base import NON_FINITE, Family, Machine, _rounded
+from neuraldbg_cli.families.base import NON_FINITE, Family, LossTracks, Machine, _rounded
 
 
 class Monitor:
@@ -31,6 +31,7 @@ class Monitor:
         self.machines: dict[tuple, Machine] = {}
         self.sites: dict[tuple, tuple[str, str, str | None, str | None]] = {}  # key -> (type, site, root, module)
         self.grad_since: dict[tuple, float] = {}  # largest gradient RMS since the last sample
+        self.losses = LossTracks(thresholds.loss_level_window)
         self.held: list[tuple[int, int, SemanticEvent]] = []  # the reorder buffer: (step, order, event)
         self.open: dict[tuple, int] = {}  # machines with a pending candidate -> the step it would be dated at
         self.seq = 0  # arrival order among held events of the same step
@@ -125,6 +126,7 @@ class Monitor:
     def observe(self, rec: StepRecord) -> None:
         self.steps_seen += 1
         self.last_step = rec.step
+        self.losses.add(rec)
         for observer in self.observers:
             observer.observe(rec)
         # a non-finite value is written at once (the run may be about to crash), with all it held, sorted;

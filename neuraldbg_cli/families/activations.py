@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import deque
 from typing import Any
 
 from neuraldbg_cli.config import Thresholds
@@ -30,7 +29,6 @@ from neuraldbg_cli.fixspec import fix
 from neuraldbg_cli.vocab import SATURATING_TYPES, is_norm
 
 ETYPE = EventType.activation_regime_shift.value
-LOSS_LEVEL_VALUES = 10  # the latest losses whose median is a series' level (a noisy batch does not move it)
 # the states as plain strings (classified per site per sampled step: an Enum's `.value` is a descriptor call)
 NORMAL, DEAD, SATURATED, ANOMALOUS = (
     ActState.normal.value,
@@ -75,13 +73,9 @@ class ActivationObserver(Observer):
         super().__init__(board)
         self.act_base: dict[tuple, list[float]] = {}
         self.baselines: dict[tuple, float] = {}  # key -> median of its full act_base (it stops growing then)
-        self.recent: dict[str, deque[float]] = {}  # loss series -> its latest finite values
         self.late: set[str] = set()  # roots with a layer that saturated after a normal start (see summary)
 
     def observe(self, rec: StepRecord) -> None:
-        for series, loss in rec.losses.items():
-            if math.isfinite(loss):
-                self.recent.setdefault(series, deque(maxlen=LOSS_LEVEL_VALUES)).append(loss)
         outputs: dict[str, str | None] = {}  # root -> its output layer, read once per step
         machines, n_base = self.board.machines, self.th.baseline_samples
         for (root, module, site), s in rec.acts.items():
@@ -117,27 +111,18 @@ class ActivationObserver(Observer):
             if baseline:  # the metric that moved, for an activation blow-up
                 metrics.update(baseline_std=baseline, std_ratio=s.std / baseline)
                 if state == SATURATED:  # saturated after a normal start: where its loss stood then (see summary)
-                    level = self._loss_level(root)
+                    level = self.board.losses.now(root)
                     if level is not None:
                         metrics["loss_at"] = level
                         self.late.add(root)
             self.board.feed(key, NORMAL, state, rec.step, metrics, ETYPE, site, root, module)
-
-    def _loss_level(self, root: str) -> float | None:
-        """The median of the latest values of `root`'s own loss series (the one named after it or a part of it;
-        the only one when there is one); None while too few."""
-        names = [n for n in self.recent if n == root or n.startswith(root + ".")]
-        if len(names) != 1:
-            names = list(self.recent) if len(self.recent) == 1 else []
-        values = self.recent[names[0]] if names else ()
-        return statistics.median(values) if len(values) >= 3 else None
 
     def summary(self) -> dict[str, Any]:
         """Per root that had a layer saturate after a normal start, its loss level at the end (`loss_now.ROOT`):
         saturated_activation compares it with the level when the saturation began (the event's `loss_at`)."""
         out: dict[str, Any] = {}
         for root in sorted(self.late):
-            level = self._loss_level(root)
+            level = self.board.losses.now(root)
             if level is not None:
                 out[f"loss_now.{root}"] = level
         return out

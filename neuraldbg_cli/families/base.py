@@ -15,7 +15,8 @@ A family is one module of this package exposing `FAMILY = Family(name, observer,
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+import statistics
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import chain
@@ -121,10 +122,61 @@ def _rounded(d: dict[str, Any]) -> dict[str, float | None]:
 # ---------------------------------------------------------------- the family protocol
 
 
+@dataclass
+class LossTrack:
+    """One loss series: its first few finite values and its latest ones."""
+
+    first: list[float] = field(default_factory=list)
+    recent: deque[float] = field(default_factory=lambda: deque(maxlen=10))
+
+    def add(self, loss: float, keep: int) -> None:
+        if math.isfinite(loss):
+            if len(self.first) < keep:
+                self.first.append(loss)
+            self.recent.append(loss)
+
+    def levels(self) -> tuple[float, float] | None:
+        """(early, now): medians of the first and of the latest values; None while too few."""
+        if len(self.first) < 3 or len(self.recent) < 3:
+            return None
+        return statistics.median(self.first), statistics.median(self.recent)
+
+
+class LossTracks:
+    """Every loss series' track, fed once per record by the Monitor, for the families that weigh a symptom
+    against the model's own loss (a gradient that fades, a saturation the model learned its way into)."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.series: dict[str, LossTrack] = {}
+
+    def add(self, rec: StepRecord) -> None:
+        for name, loss in rec.losses.items():
+            track = self.series.get(name)
+            if track is None:
+                track = self.series[name] = LossTrack()
+            track.add(loss, self.keep)
+
+    def own(self, root: str) -> str | None:
+        """The loss series of the model `root`: the one named after it (or a part of it); the only series when
+        there is one (a single optimizer over several models names it after the first)."""
+        names = [n for n in self.series if n == root or n.startswith(root + ".")]
+        if len(names) == 1:
+            return names[0]
+        return next(iter(self.series)) if len(self.series) == 1 else None
+
+    def now(self, root: str) -> float | None:
+        """The median of the latest values of `root`'s own series; None while too few."""
+        name = self.own(root)
+        levels = self.series[name].levels() if name is not None else None
+        return levels[1] if levels is not None else None
+
+
 class Board(Protocol):
     """What an observer reads and feeds: the Monitor's shared bookkeeping."""
 
     th: Thresholds
+    losses: LossTracks  # every loss series' first and latest values (fed before the observers, each record)
     models: dict[str, ModelInfo]  # root name -> its model, replaced when the models are described again
     machines: dict[tuple, Machine]  # site key -> its machine; a key's first element names its family
     since: dict[tuple, int]  # site key -> the step its last transition was dated at

@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from collections import deque
 from dataclasses import dataclass, field
 
 from neuraldbg_cli.config import Thresholds
@@ -85,26 +84,6 @@ def classify_gradient(
 
 
 @dataclass
-class LossTrack:
-    """One loss series as the fade test reads it: its first few values and its latest ones."""
-
-    first: list[float] = field(default_factory=list)
-    recent: deque[float] = field(default_factory=lambda: deque(maxlen=10))
-
-    def add(self, loss: float, keep: int) -> None:
-        if math.isfinite(loss):
-            if len(self.first) < keep:
-                self.first.append(loss)
-            self.recent.append(loss)
-
-    def levels(self) -> tuple[float, float] | None:
-        """(early, now): medians of the first and of the latest values; None while too few."""
-        if len(self.first) < 3 or len(self.recent) < 3:
-            return None
-        return statistics.median(self.first), statistics.median(self.recent)
-
-
-@dataclass
 class ModelFade:
     """A whole model's gradient norm over time, against its own early level.
 
@@ -162,17 +141,10 @@ class GradientObserver(Observer):
         self.roles: dict[str, str] = {}  # module name -> its role (block numbers masked), see _ahead
         self.got_grad: set[tuple] = set()
         self.fades: dict[str, ModelFade] = {}  # root -> its whole gradient norm over time
-        self.loss_tracks: dict[str, LossTrack] = {}  # loss series -> its early and latest values
         self.game = False  # several loss series reported in one step: models trained against each other
         self.layers: dict[str, tuple[ModelInfo, int, list[_Layer]]] = {}  # root -> its model, size, layers
 
     def observe(self, rec: StepRecord) -> None:
-        keep = self.th.loss_level_window
-        for series, loss in rec.losses.items():
-            track = self.loss_tracks.get(series)
-            if track is None:
-                track = self.loss_tracks[series] = LossTrack()
-            track.add(loss, keep)
         self.game = self.game or len(rec.losses) > 1
         for root, model in self.board.models.items():
             if rec.active is not None and root not in rec.active:
@@ -272,14 +244,6 @@ class GradientObserver(Observer):
             }
             self.board.feed(key, HEALTHY, state, rec.step, metrics, ETYPE, "gradient", root, name)
 
-    def _own_series(self, root: str) -> str | None:
-        """The loss series of the model `root`: the one named after it (or a part of it); the only series when
-        there is one (a single optimizer over several models names it after the first)."""
-        names = [n for n in self.loss_tracks if n == root or n.startswith(root + ".")]
-        if len(names) == 1:
-            return names[0]
-        return next(iter(self.loss_tracks)) if len(self.loss_tracks) == 1 else None
-
     def _judge_fade(self, rec: StepRecord, root: str, model: ModelInfo) -> None:
         """The model's whole gradient norm on a sampled step, against its own early level (see ModelFade)."""
         norms = [rec.grads.get((root, n)) for n, info in model.modules.items() if info.params]
@@ -289,8 +253,9 @@ class GradientObserver(Observer):
         norm = math.sqrt(sum([v * v for v in values]))
         if norm <= 0:
             return
-        series = self._own_series(root)
-        track = self.loss_tracks.get(series) if series is not None else None
+        tracks = self.board.losses.series
+        series = self.board.losses.own(root)
+        track = tracks.get(series) if series is not None else None
         loss = track.levels() if track is not None else None
         fade = self.fades.setdefault(root, ModelFade())
         state, onset = fade.judge(rec.step, norm, loss, self.th)
@@ -306,7 +271,7 @@ class GradientObserver(Observer):
             "loss_now": loss[1] if loss else None,
             "game": 1.0 if self.game else 0.0,
         }
-        rivals = [t.levels() for n, t in self.loss_tracks.items() if n != series]
+        rivals = [t.levels() for n, t in tracks.items() if n != series]
         drops = [now / early for early, now in filter(None, rivals) if early > 0 and now >= 0]
         if self.game and drops:
             metrics["rival_loss_ratio"] = min(drops)  # the opponent whose loss fell most (-> 0: it wins)
