@@ -16,6 +16,10 @@ class HookSet:
     def add(self, handle: Any) -> None:
         self._undo.append(handle.remove)
 
+    def on_remove(self, undo: Callable[[], None]) -> None:
+        """Something to undo that has no handle (a flag that switches off what cannot be removed)."""
+        self._undo.append(undo)
+
     def patch(self, owner: Any, name: str, replacement: Any) -> None:
         original = owner.__dict__[name]
         setattr(owner, name, replacement)
