@@ -1,4 +1,4 @@
-from neuraldbg_cli.cli import main
+from neuraldbg_cli.launch.cli import main
 
 if __name__ == "__main__":
     main()

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from neuraldbg_cli.errors import NeuraldbgError
-from neuraldbg_cli.events import Kind
+from neuraldbg_cli.trace.events import Kind
 
 if sys.version_info >= (3, 11):
     import tomllib

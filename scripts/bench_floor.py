@@ -121,12 +121,12 @@ class Floor:
 
 def child(model: str, rounds: int, steps: int, settle: int) -> None:
     sys.path[:0] = [str(ROOT / "scripts"), str(ROOT)]
+    import bench_train as bt
     import torch
 
-    import bench_train as bt
     from neuraldbg_cli.config import Settings
-    from neuraldbg_cli.probes import Probe
-    from neuraldbg_cli.session import Session
+    from neuraldbg_cli.launch.session import Session
+    from neuraldbg_cli.probe.hooks import Probe
 
     torch.manual_seed(0)
     net, opt, batches, loss_fn = bt.setup(model, torch.device("cpu"))

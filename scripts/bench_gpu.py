@@ -303,7 +303,7 @@ class Bench:
     def run(self) -> None:
         print(self.header(), flush=True)
         env = child_env(self.args)
-        check = subprocess.run([sys.executable, "-c", "import torch, neuraldbg_cli.cli"], env=env, cwd=ROOT,
+        check = subprocess.run([sys.executable, "-c", "import torch, neuraldbg_cli.launch.cli"], env=env, cwd=ROOT,
                                capture_output=True, text=True)
         if check.returncode != 0:  # fail in a second, not once per configuration
             raise SystemExit(f"neuraldbg cannot be imported here (pip install -e . ?):\n{check.stderr[-2000:]}")

@@ -6,7 +6,7 @@ alternatives a user would pick instead (see scripts/bench_train.py for what each
     .venv/bin/python scripts/bench_overhead.py --models mlp,gpt --modes plain,neuraldbg,every1
     .venv/bin/python scripts/bench_overhead.py --device cuda                     # on a GPU machine
     OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_overhead.py --inprocess     # same-process A/B, ~5 min
-    git show 61ecc7a:neuraldbg_cli/probes.py > /tmp/probes_before.py             # ... against an older probes.py
+    git show 61ecc7a:neuraldbg_cli/probe/hooks.py > /tmp/probes_before.py             # ... against an older probes.py
     OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_overhead.py --inprocess --baseline-probes /tmp/probes_before.py
     (the older probes.py must use the current modules: from 61ecc7a on, when roots/records/tensorstats split off)
 
@@ -116,14 +116,16 @@ def inprocess(args: argparse.Namespace, models: list[str]) -> None:
     exposed to other load on the machine than separate processes. With --baseline-probes FILE (an older
     probes.py), that version runs as a third configuration in the same process."""
     import importlib.util
+
     import torch
 
     sys.path.insert(0, str(ROOT / "scripts"))
     sys.path.insert(0, str(ROOT))
     import bench_train as bt
+
     from neuraldbg_cli.config import Settings
-    from neuraldbg_cli.session import Session
-    from neuraldbg_cli.probes import Probe
+    from neuraldbg_cli.launch.session import Session
+    from neuraldbg_cli.probe.hooks import Probe
 
     classes = {"neuraldbg": Probe}
     if args.baseline_probes:

@@ -82,7 +82,7 @@ def write_trace(run_dir: Path, n: int) -> None:
 
     import orjson
 
-    from neuraldbg_cli.events import EVENT_SCHEMA, META_SCHEMA
+    from neuraldbg_cli.trace.events import EVENT_SCHEMA, META_SCHEMA
     rnd = random.Random(0)
     run_dir.mkdir(parents=True)
     kinds = [("gradient_health_transition", "gradient", "healthy", "vanishing", "rms"),
@@ -100,7 +100,7 @@ def write_trace(run_dir: Path, n: int) -> None:
 
 
 def section_explain(args: argparse.Namespace, tmp: Path) -> None:
-    from neuraldbg_cli import tracereader
+    from neuraldbg_cli.trace import reader as tracereader
     n = args.trace_events or tracereader.MAX_EVENTS
     capped = min(n, tracereader.MAX_EVENTS)  # what the explain command reads
     tracereader.MAX_EVENTS = max(n, tracereader.MAX_EVENTS)  # in process: read them all, to time the reader at this size
@@ -161,8 +161,8 @@ def section_elements(args: argparse.Namespace, tmp: Path) -> None:
     import torch.nn as nn
 
     from neuraldbg_cli.config import Settings
-    from neuraldbg_cli.session import Session
-    from neuraldbg_cli.probes import Probe
+    from neuraldbg_cli.launch.session import Session
+    from neuraldbg_cli.probe.hooks import Probe
 
     def mlp(depth: int, width: int, d_in: int = 256) -> nn.Module:
         layers, d = [], d_in

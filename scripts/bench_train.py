@@ -41,7 +41,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-
 # ---------------------------------------------------------------- models (each step >= ~20 ms on one CPU thread)
 
 class MLP(nn.Module):

@@ -38,12 +38,12 @@ STEPS = {"tiny": 2000, "gpt": 200, "cnn": 200}
 def capture(model: str, steps: int, every: int) -> list[tuple[str, object]]:
     """The timeline of one training run as the session saw it: ("models", [ModelInfo]) and ("steps", [StepRecord])."""
     sys.path[:0] = [str(ROOT / "scripts")]
+    import bench_train as bt
     import torch
 
-    import bench_train as bt
     from neuraldbg_cli.config import Settings
-    from neuraldbg_cli.probes import Probe
-    from neuraldbg_cli.session import Session
+    from neuraldbg_cli.launch.session import Session
+    from neuraldbg_cli.probe.hooks import Probe
 
     torch.manual_seed(0)
     net, opt, batches, loss_fn = bt.setup(model, torch.device("cpu"))
@@ -72,7 +72,7 @@ def capture(model: str, steps: int, every: int) -> list[tuple[str, object]]:
 
 def fresh_session(tmp: str, every: int):  # noqa: ANN201
     from neuraldbg_cli.config import Settings
-    from neuraldbg_cli.session import Session
+    from neuraldbg_cli.launch.session import Session
 
     return Session(Settings(run_dir=tmp, quiet=True, every=every), [str(ROOT / "scripts/bench_train.py")])
 

@@ -43,20 +43,21 @@ PARTS = [
 
 def child(model: str, every: int, steps: int) -> None:
     sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+    import bench_train as bt
     import torch
 
-    import bench_train as bt
-    from neuraldbg_cli import monitor, records, tracewriter
-    from neuraldbg_cli import tensorstats as ts
     from neuraldbg_cli.config import Settings
-    from neuraldbg_cli.gradreader import GradReader
-    from neuraldbg_cli import attnprobe
-    from neuraldbg_cli.archreader import ArchReader
-    from neuraldbg_cli.observer import ForwardObserver
-    from neuraldbg_cli.pacer import StepPacer
-    from neuraldbg_cli.probes import Probe
-    from neuraldbg_cli.rootfinder import RootFinder
-    from neuraldbg_cli.session import Session
+    from neuraldbg_cli.launch.session import Session
+    from neuraldbg_cli.probe import attnprobe, records
+    from neuraldbg_cli.probe import tensorstats as ts
+    from neuraldbg_cli.probe.archreader import ArchReader
+    from neuraldbg_cli.probe.gradreader import GradReader
+    from neuraldbg_cli.probe.hooks import Probe
+    from neuraldbg_cli.probe.observer import ForwardObserver
+    from neuraldbg_cli.probe.pacer import StepPacer
+    from neuraldbg_cli.probe.rootfinder import RootFinder
+    from neuraldbg_cli.reason import monitor
+    from neuraldbg_cli.trace import writer as tracewriter
 
     owners = {"ForwardObserver": ForwardObserver, "StepPacer": StepPacer, "ArchReader": ArchReader, "attnprobe": attnprobe, "GradReader": GradReader, "RootFinder": RootFinder, "ts": ts,
               "records": records, "monitor.Monitor": monitor.Monitor, "RunWriter": tracewriter.RunWriter}

@@ -78,7 +78,7 @@ def run_patched(patch: str, *args: str, timeout: float = 180, **env: str) -> sub
     """`neuraldbg ARGS` in a subprocess after running `patch` (Python code that monkeypatches neuraldbg_cli,
     e.g. to inject a fault); `boom` (raises RuntimeError) is predefined for it."""
     code = "\n".join(["import sys", "def boom(*a, **k):", "    raise RuntimeError('injected fault')", patch,
-                       "from neuraldbg_cli.cli import main", "sys.argv = ['neuraldbg', *sys.argv[1:]]", "main()"])
+                       "from neuraldbg_cli.launch.cli import main", "sys.argv = ['neuraldbg', *sys.argv[1:]]", "main()"])
     return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
                           env=cli_env(**env), timeout=timeout)
 
@@ -149,7 +149,7 @@ def _no_global_hooks_left():
 
 COUNT_ROOT_CALLS = """
 import atexit, collections
-from neuraldbg_cli import observer
+from neuraldbg_cli.probe import observer
 calls = collections.Counter()
 _enter_root = observer.ForwardObserver.enter_root
 def _counting(self, module, args):
@@ -174,8 +174,9 @@ def compiled(tmp_path_factory):
 # Faults injected into neuraldbg (see run_patched): name -> (patch, the parts reported as internal errors)
 FAULTS = {
     "forward+transfer+events_writer": ("""
-from neuraldbg_cli import probes, tracewriter
-from neuraldbg_cli import tensorstats
+from neuraldbg_cli.probe import hooks as probes
+from neuraldbg_cli.trace import writer as tracewriter
+from neuraldbg_cli.probe import tensorstats
 tensorstats.full = tensorstats.cheap = tensorstats.host_values = boom
 def half_a_line_then_disk_full(self, ev):
     tracewriter._write_all(self._events, b'{"schema": "neuraldbg.event/1", "type": "cut')
@@ -183,19 +184,21 @@ def half_a_line_then_disk_full(self, ev):
 tracewriter.RunWriter.event = half_a_line_then_disk_full
 """, ["forward", "transfer", "events.jsonl"]),
     "grads+stats_writer": ("""
-from neuraldbg_cli import gradreader, tracewriter
+from neuraldbg_cli.probe import gradreader
+from neuraldbg_cli.trace import writer as tracewriter
 gradreader.GradReader.norms = boom
 def disk_full(*a, **k):
     raise OSError(28, 'No space left on device')
 tracewriter.RunWriter.stats = disk_full
 """, ["grads", "stats.jsonl"]),
     "monitor+model_description": ("""
-from neuraldbg_cli import monitor, probes
+from neuraldbg_cli.reason import monitor
+from neuraldbg_cli.probe import hooks as probes
 monitor.Monitor.observe = boom
 probes.Probe.models = boom
 """, ["monitor", "model description"]),
     "install": ("""
-from neuraldbg_cli import probes
+from neuraldbg_cli.probe import hooks as probes
 _install = probes.Probe.install
 def install(self):
     _install(self)

@@ -9,13 +9,13 @@ import sys
 import textwrap
 
 import pytest
-
 from conftest import cli_env, run_cli
-from neuraldbg_cli.events import Kind, SemanticEvent
-from neuraldbg_cli.families import RULES
-from neuraldbg_cli.families.base import Context
-from neuraldbg_cli.families.settings import SETTINGS
-from neuraldbg_cli.reasoner import failing_kinds, rank
+
+from neuraldbg_cli.reason.families import RULES
+from neuraldbg_cli.reason.families.base import Context
+from neuraldbg_cli.reason.families.settings import SETTINGS
+from neuraldbg_cli.reason.reasoner import failing_kinds, rank
+from neuraldbg_cli.trace.events import Kind, SemanticEvent
 from neuraldbg_cli.vocab import warms_up
 
 GRAD, ACT, LOSS, UPD = ("gradient_health_transition", "activation_regime_shift", "optimizer_instability",
@@ -375,8 +375,8 @@ def test_no_normalisation_or_residual_advice_for_a_model_that_has_them():
 
 def test_the_reasoner_imports_no_io_module():
     """No trace reader, JSON library or torch (msgspec is there: it defines the event type, events.SemanticEvent)."""
-    code = ("import sys, neuraldbg_cli.reasoner; "
-            "bad = [m for m in ('neuraldbg_cli.tracereader', 'neuraldbg_cli.tracejob', 'orjson', 'torch') if m in sys.modules]; "
+    code = ("import sys, neuraldbg_cli.reason.reasoner; "
+            "bad = [m for m in ('neuraldbg_cli.trace.reader', 'neuraldbg_cli.trace.job', 'orjson', 'torch') if m in sys.modules]; "
             "assert not bad, bad")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env())
     assert r.returncode == 0, r.stderr

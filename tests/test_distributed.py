@@ -11,17 +11,17 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ASSETS, cli_env, explain_json, run_cli
 
 torch = pytest.importorskip("torch")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("this torch build has no gloo backend for torch.distributed", allow_module_level=True)
 
-from neuraldbg_cli import crossrank, distributed  # noqa: E402
 from neuraldbg_cli.errors import NeuraldbgError  # noqa: E402
-from neuraldbg_cli.events import Hypothesis, Kind, Origin  # noqa: E402
-from neuraldbg_cli.roots import unwrap, user_name  # noqa: E402
+from neuraldbg_cli.launch import distributed  # noqa: E402
+from neuraldbg_cli.probe.roots import unwrap, user_name  # noqa: E402
+from neuraldbg_cli.reason import crossrank
+from neuraldbg_cli.trace.events import Hypothesis, Kind, Origin  # noqa: E402
 
 SCRIPT = str(ASSETS / "ddp_train.py")
 NEURALDBG = [sys.executable, "-m", "neuraldbg_cli"]
@@ -260,7 +260,7 @@ def test_single_process_json_has_no_rank_fields(tmp_path):
 
 
 def _rank_run(rank: int, steps: int, code, wrappers=("DistributedDataParallel",)):
-    from neuraldbg_cli.tracejob import RunData
+    from neuraldbg_cli.trace.job import RunData
 
     return RunData(dir=Path("."), meta={"steps_observed": steps, "exit_status": code}, events=[],
                    models={"models": [{"wrappers": list(wrappers)}]}, rank=rank)

@@ -1,8 +1,8 @@
 """Principles behind the quiet verdicts on other domains (issue 18), on hand-made step records: weights whose
 optimizer rests are not stuck; a factor that starts at zero by construction does not 'explode' as it grows."""
 from neuraldbg_cli.config import Thresholds
-from neuraldbg_cli.events import GradStats, ModelInfo, ModuleInfo, StepRecord
-from neuraldbg_cli.monitor import Monitor
+from neuraldbg_cli.reason.monitor import Monitor
+from neuraldbg_cli.trace.events import GradStats, ModelInfo, ModuleInfo, StepRecord
 
 TH = Thresholds()
 OWNERS = (("G", "a"), ("G", "b"))  # one optimizer's parameter owners, as the probe hands them over

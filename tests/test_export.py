@@ -5,9 +5,9 @@ import math
 import shutil
 
 import pytest
-
 from conftest import ROOT, run_cli, run_patched
-from neuraldbg_cli.export import _scalars
+
+from neuraldbg_cli.render.export import _scalars
 
 
 def _one_line_exit_2(r):

@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-import neuraldbg_cli.families as families
+import neuraldbg_cli.reason.families as families
 from neuraldbg_cli.config import Thresholds
-from neuraldbg_cli.events import CROSS_RANK_KINDS, EventType, Kind, SemanticEvent, StepRecord
-from neuraldbg_cli.families import FAMILIES, RULES, rules_of
-from neuraldbg_cli.families.base import Context, Family, Observer, _hyp
-from neuraldbg_cli.monitor import Monitor
+from neuraldbg_cli.reason.families import FAMILIES, RULES, rules_of
+from neuraldbg_cli.reason.families.base import Context, Family, Observer, _hyp
+from neuraldbg_cli.reason.monitor import Monitor
+from neuraldbg_cli.trace.events import CROSS_RANK_KINDS, EventType, Kind, SemanticEvent, StepRecord
 
 TH = Thresholds()
 SHARED = {"base", "advice", "settings", "causes", "loss_model"}  # what families share: no FAMILY of their own
@@ -37,7 +37,7 @@ def test_every_family_module_is_registered():
     for info in pkgutil.iter_modules(families.__path__):
         if info.name in SHARED:
             continue
-        module = importlib.import_module(f"neuraldbg_cli.families.{info.name}")
+        module = importlib.import_module(f"neuraldbg_cli.reason.families.{info.name}")
         family = getattr(module, "FAMILY", None)
         assert isinstance(family, Family), f"families/{info.name}.py has no FAMILY"
         assert registered.get(family.name) is family, f"families/{info.name}.py is not in FAMILIES"
@@ -95,9 +95,9 @@ def test_a_family_plugs_in_without_editing_other_files():
 
 
 def test_families_import_no_io_and_no_torch():
-    code = ("import sys, neuraldbg_cli.families, neuraldbg_cli.monitor, neuraldbg_cli.reasoner; "
-            "bad = [m for m in ('torch', 'neuraldbg_cli.tracereader', 'neuraldbg_cli.tracewriter', "
-            "'neuraldbg_cli.tracejob', 'neuraldbg_cli.session', 'neuraldbg_cli.scriptexec') if m in sys.modules]; "
+    code = ("import sys, neuraldbg_cli.reason.families, neuraldbg_cli.reason.monitor, neuraldbg_cli.reason.reasoner; "
+            "bad = [m for m in ('torch', 'neuraldbg_cli.trace.reader', 'neuraldbg_cli.trace.writer', "
+            "'neuraldbg_cli.trace.job', 'neuraldbg_cli.launch.session', 'neuraldbg_cli.launch.scriptexec') if m in sys.modules]; "
             "assert not bad, bad")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

@@ -5,9 +5,10 @@ import pytest
 import torch
 import torch.nn as nn
 
-from neuraldbg_cli import fixes, fixspec
 from neuraldbg_cli.errors import NeuraldbgError
-from neuraldbg_cli.hookset import HookSet
+from neuraldbg_cli.probe.hookset import HookSet
+from neuraldbg_cli.reason import fixspec
+from neuraldbg_cli.verify import fixes
 
 
 def _install(text: str):

@@ -1,6 +1,5 @@
 """Healthy training must stay silent: no hypothesis at confidence >= 0.5, status healthy, exit 0."""
 import pytest
-
 from conftest import ASSETS, DEMO_HEALTHY, run_cli
 
 HEALTHY = [DEMO_HEALTHY, "healthy_cnn_bn.py", "awkward.py"]

@@ -62,9 +62,18 @@ def test_learning_rate_is_read_from_the_run(observe):
 def test_every_event_written_is_in_the_vocabulary(observe):
     """Every type, state and site the monitor writes is one events.py names (EventType, the health states,
     SITES), so that readers of the trace (the rules, the report, users' own scripts) can rely on that list."""
-    from neuraldbg_cli import tracejob
-    from neuraldbg_cli.events import (RUN_STATES, SITES, ActState, DataState, EventType, GradState, LossState,
-                                      SemanticEvent, UpdateState)
+    from neuraldbg_cli.trace import job as tracejob
+    from neuraldbg_cli.trace.events import (
+        RUN_STATES,
+        SITES,
+        ActState,
+        DataState,
+        EventType,
+        GradState,
+        LossState,
+        SemanticEvent,
+        UpdateState,
+    )
 
     states = {s.value for e in (GradState, ActState, LossState, DataState, UpdateState) for s in e} | set(RUN_STATES)
     seen = set()

@@ -2,7 +2,6 @@
 import json
 
 import torch
-
 from conftest import ASSETS, run_cli, run_python
 
 

@@ -6,10 +6,10 @@ import runpy
 import textwrap
 
 import pytest
-
 from conftest import ASSETS, run_cli, run_python
-from neuraldbg_cli.events import SemanticEvent
-from neuraldbg_cli.console import live_line
+
+from neuraldbg_cli.launch.console import live_line
+from neuraldbg_cli.trace.events import SemanticEvent
 
 WHOAMI = textwrap.dedent('''
     import json, os, sys

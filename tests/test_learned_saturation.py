@@ -4,10 +4,10 @@ that --fail-on reads; saturation with a stalled loss, or from the first step (th
 Also through the observer: a late saturation's event carries the loss level when it began, the run summary the
 level at the end."""
 from neuraldbg_cli.config import Thresholds
-from neuraldbg_cli.events import ActStats, EventType, SemanticEvent, StepRecord
-from neuraldbg_cli.families.activations import saturated_activation
-from neuraldbg_cli.families.base import Context
-from neuraldbg_cli.monitor import Monitor
+from neuraldbg_cli.reason.families.activations import saturated_activation
+from neuraldbg_cli.reason.families.base import Context
+from neuraldbg_cli.reason.monitor import Monitor
+from neuraldbg_cli.trace.events import ActStats, EventType, SemanticEvent, StepRecord
 
 TH = Thresholds()
 

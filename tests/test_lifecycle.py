@@ -10,8 +10,8 @@ import torch
 import torch.nn as nn
 from conftest import ASSETS, run_cli
 
-from neuraldbg_cli.probes import Probe
-from neuraldbg_cli.provenance import Outputs, from_outside
+from neuraldbg_cli.probe.hooks import Probe
+from neuraldbg_cli.probe.provenance import Outputs, from_outside
 
 HEALTHY = [("life_sweep.py",), ("life_gan.py",), ("life_teacher.py",), ("life_ema.py",),
            ("life_ema.py", "--grad-eval", "1"), ("life_actor_critic.py",), ("life_lstm_lm.py",)]

@@ -5,8 +5,8 @@ import math
 import random
 
 from neuraldbg_cli.config import Thresholds
-from neuraldbg_cli.events import GradStats, ModelInfo, ModuleInfo, StepRecord
-from neuraldbg_cli.monitor import Monitor
+from neuraldbg_cli.reason.monitor import Monitor
+from neuraldbg_cli.trace.events import GradStats, ModelInfo, ModuleInfo, StepRecord
 
 TH = Thresholds()
 
@@ -197,7 +197,7 @@ def test_collapsing_weights():
 
 
 def test_activation_blow_up_carries_the_metric_that_moved():
-    from neuraldbg_cli.events import ActStats
+    from neuraldbg_cli.trace.events import ActStats
 
     def act(std):
         return ActStats(n=64.0, mean=0.0, std=std, min=-3 * std, max=3 * std, zero_frac=0.0, dead_frac=0.0,
@@ -256,7 +256,7 @@ def test_a_negative_loss_settling_below_zero_is_not_diverging():
 
 def _class_loss_run(losses, classes):
     """As run(), with one cross_entropy call over `classes` classes on each sampled step."""
-    from neuraldbg_cli.events import LossCallStats
+    from neuraldbg_cli.trace.events import LossCallStats
 
     events = []
     mon = Monitor(TH, events.append)
@@ -311,7 +311,7 @@ def test_the_incremental_statistics_equal_sorting_the_window():
     ties, equal values and a switch to raw values (a loss <= 0: the history replayed) included."""
     import statistics
 
-    from neuraldbg_cli.families.loss_model import LossSeries, _mad
+    from neuraldbg_cli.reason.families.loss_model import LossSeries, _mad
 
     rng = random.Random(3)
     for _ in range(200):

@@ -3,10 +3,10 @@
 import pytest
 
 from neuraldbg_cli.config import Thresholds
-from neuraldbg_cli.events import EventType, Kind, LossCallStats, SemanticEvent, StepRecord
-from neuraldbg_cli.families import lossfn
-from neuraldbg_cli.families.base import Context, Machine, _rounded
-from neuraldbg_cli.families.lossfn import classify_loss_call
+from neuraldbg_cli.reason.families import lossfn
+from neuraldbg_cli.reason.families.base import Context, Machine, _rounded
+from neuraldbg_cli.reason.families.lossfn import classify_loss_call
+from neuraldbg_cli.trace.events import EventType, Kind, LossCallStats, SemanticEvent, StepRecord
 
 TH = Thresholds()
 
@@ -125,7 +125,7 @@ def test_a_summed_reduction_is_a_cause_only_of_an_unstable_loss():
 
 
 def test_loss_names_cover_what_the_probe_reads():
-    from neuraldbg_cli import lossprobe, provenance
+    from neuraldbg_cli.probe import lossprobe, provenance
 
     assert set(provenance.FLOAT_TARGET_LOSSES) | set(lossprobe.EXTRA_LOSSES) <= set(lossfn.LOSS_NAMES)
     assert set(lossprobe.MODULE_LOSSES.values()) <= set(lossfn.LOSS_NAMES)

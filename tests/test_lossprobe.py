@@ -8,8 +8,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from neuraldbg_cli.events import LossCallStats
-from neuraldbg_cli.probes import Probe
+from neuraldbg_cli.probe.hooks import Probe
+from neuraldbg_cli.trace.events import LossCallStats
 
 
 class Recorder:
@@ -155,7 +155,7 @@ BIN = torch.randint(0, 2, (16, 1)).float()
 )
 def test_real_calls_classify(loss_fn, head, y, name, state):
     from neuraldbg_cli.config import Thresholds
-    from neuraldbg_cli.families.lossfn import classify_loss_call
+    from neuraldbg_cli.reason.families.lossfn import classify_loss_call
 
     calls = _calls(loss_fn, head, X, y, steps=3)
     assert [classify_loss_call(c[name], Thresholds()) for c in calls] == [state] * 3
@@ -167,7 +167,7 @@ def test_ctc_loss_takes_log_probabilities(head, state, as_module):
     """nn.CTCLoss / F.ctc_loss expect log_softmax over the classes of (time, batch, classes); raw scores train on
     a wrong gradient (deepspeech-style models: Linear -> log_softmax -> transpose). One term per utterance."""
     from neuraldbg_cli.config import Thresholds
-    from neuraldbg_cli.families.lossfn import classify_loss_call
+    from neuraldbg_cli.reason.families.lossfn import classify_loss_call
 
     torch.manual_seed(0)
     model = nn.Linear(4, 6)  # 5 symbols + blank

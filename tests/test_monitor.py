@@ -2,13 +2,13 @@
 import math
 
 from neuraldbg_cli.config import Thresholds
-from neuraldbg_cli.events import ActStats, GradStats, ModelInfo, ModuleInfo, StepRecord
-from neuraldbg_cli.families.activations import classify_activation
-from neuraldbg_cli.families.base import Machine
-from neuraldbg_cli.families.data import classify_data
-from neuraldbg_cli.families.gradients import classify_gradient
-from neuraldbg_cli.families.loss_model import LossSeries
-from neuraldbg_cli.monitor import Monitor
+from neuraldbg_cli.reason.families.activations import classify_activation
+from neuraldbg_cli.reason.families.base import Machine
+from neuraldbg_cli.reason.families.data import classify_data
+from neuraldbg_cli.reason.families.gradients import classify_gradient
+from neuraldbg_cli.reason.families.loss_model import LossSeries
+from neuraldbg_cli.reason.monitor import Monitor
+from neuraldbg_cli.trace.events import ActStats, GradStats, ModelInfo, ModuleInfo, StepRecord
 
 TH = Thresholds()
 
@@ -59,7 +59,7 @@ def test_a_unit_silent_on_one_input_is_not_dead():
 def test_act_stats_count_the_values_behind_each_unit():
     import torch
 
-    from neuraldbg_cli import tensorstats as ts
+    from neuraldbg_cli.probe import tensorstats as ts
 
     x = torch.relu(torch.randn(1, 128, generator=torch.Generator().manual_seed(0)))  # one sample, 128 features
     out, lay = ts.full(x, ts.DEAD)
@@ -130,7 +130,7 @@ def test_reasoner_stack_does_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys, neuraldbg_cli.reasoner, neuraldbg_cli.monitor, neuraldbg_cli.renderers, neuraldbg_cli.cli; "
+    code = ("import sys, neuraldbg_cli.reason.reasoner, neuraldbg_cli.reason.monitor, neuraldbg_cli.render, neuraldbg_cli.launch.cli; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
 

@@ -1,9 +1,9 @@
 """A NaN/Inf born in the loss (finite outputs, e.g. an impossible CTC alignment) and the BatchNorm running
 statistics it poisons after the update: hand-made events through the rules and the ranking."""
-from neuraldbg_cli.events import Kind, SemanticEvent
-from neuraldbg_cli.families import RULES
-from neuraldbg_cli.families.base import Context
-from neuraldbg_cli.reasoner import rank
+from neuraldbg_cli.reason.families import RULES
+from neuraldbg_cli.reason.families.base import Context
+from neuraldbg_cli.reason.reasoner import rank
+from neuraldbg_cli.trace.events import Kind, SemanticEvent
 
 MODELS = [{"name": "Net", "order": ["conv.0", "conv.1", "rnn", "fc"], "modules": {}}]
 

@@ -7,7 +7,11 @@ import math
 import pytest
 
 from neuraldbg_cli.config import Thresholds
-from neuraldbg_cli.events import (
+from neuraldbg_cli.reason.families.base import Context
+from neuraldbg_cli.reason.families.normalization import classify_gain, classify_norm, drift_level, normalization_fault
+from neuraldbg_cli.reason.monitor import Monitor
+from neuraldbg_cli.reason.reasoner import rank
+from neuraldbg_cli.trace.events import (
     Hypothesis,
     Kind,
     ModelInfo,
@@ -17,10 +21,6 @@ from neuraldbg_cli.events import (
     SemanticEvent,
     StepRecord,
 )
-from neuraldbg_cli.families.base import Context
-from neuraldbg_cli.families.normalization import classify_gain, classify_norm, drift_level, normalization_fault
-from neuraldbg_cli.monitor import Monitor
-from neuraldbg_cli.reasoner import rank
 
 TH = Thresholds()
 

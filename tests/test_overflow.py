@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from neuraldbg_cli import tensorstats as ts
-from neuraldbg_cli.records import StepBuffer
+from neuraldbg_cli.probe import tensorstats as ts
+from neuraldbg_cli.probe.records import StepBuffer
 from tests.conftest import explain_json, run_cli
 
 ASSET = Path(__file__).parent / "assets" / "huge_but_finite.py"
@@ -56,7 +56,7 @@ def test_norms_and_sums_of_squares_do_not_overflow():
 def test_norm_vector_recomputes_an_overflowed_norm_beside_a_nan():
     """One sum tells whether a vector of norms needs the per-norm path: a NaN beside an overflowed norm (a blown-up
     model: one layer NaN, another 1e22) must not hide the overflow."""
-    from neuraldbg_cli import tensorstats as ts
+    from neuraldbg_cli.probe import tensorstats as ts
 
     vec = ts.norm_vector([torch.full((4,), float("nan")), torch.full((100,), 1e22), torch.ones(3)])
     assert math.isnan(vec[0].item()) and vec[1].item() == pytest.approx(1e23, rel=1e-6) and vec[2].item() == pytest.approx(3 ** 0.5)

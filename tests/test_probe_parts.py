@@ -9,20 +9,20 @@ import torch
 import torch.nn as nn
 from torch.nn.modules import module as _module
 
-from neuraldbg_cli import records
-from neuraldbg_cli.backward import BackwardWatch
 from neuraldbg_cli.errors import StopTraining
-from neuraldbg_cli.events import StepRecord
-from neuraldbg_cli.gradreader import GradReader
-from neuraldbg_cli.guard import Guard
-from neuraldbg_cli.hookset import HookSet
-from neuraldbg_cli.observer import ForwardObserver
-from neuraldbg_cli.optimizers import OptimizerWatch
-from neuraldbg_cli.paramsets import ParamSets
-from neuraldbg_cli.records import Outbox, StepBuffer, Steps, to_records
-from neuraldbg_cli.registry import Registry
-from neuraldbg_cli.rootfinder import Found, RootFinder
-from neuraldbg_cli.stepclock import StepClock
+from neuraldbg_cli.probe import records
+from neuraldbg_cli.probe.backward import BackwardWatch
+from neuraldbg_cli.probe.gradreader import GradReader
+from neuraldbg_cli.probe.guard import Guard
+from neuraldbg_cli.probe.hookset import HookSet
+from neuraldbg_cli.probe.observer import ForwardObserver
+from neuraldbg_cli.probe.optimizers import OptimizerWatch
+from neuraldbg_cli.probe.paramsets import ParamSets
+from neuraldbg_cli.probe.records import Outbox, StepBuffer, Steps, to_records
+from neuraldbg_cli.probe.registry import Registry
+from neuraldbg_cli.probe.rootfinder import Found, RootFinder
+from neuraldbg_cli.probe.stepclock import StepClock
+from neuraldbg_cli.trace.events import StepRecord
 from tests.test_probes import Recorder
 
 
@@ -379,7 +379,7 @@ def test_learning_rates_are_recorded_as_the_schedule_changes_them():
     in the optimizer's description: advice quotes the lr in force when a symptom began."""
     import torch
 
-    from neuraldbg_cli.optimizers import LR_POINTS, OptimizerWatch
+    from neuraldbg_cli.probe.optimizers import LR_POINTS, OptimizerWatch
 
     watch = OptimizerWatch(ParamSets(Registry()), lambda: None, _quiet())
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.0)

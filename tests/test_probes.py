@@ -2,8 +2,8 @@
 import torch
 import torch.nn as nn
 
-from neuraldbg_cli.events import ActStats
-from neuraldbg_cli.probes import Probe
+from neuraldbg_cli.probe.hooks import Probe
+from neuraldbg_cli.trace.events import ActStats
 
 
 class Recorder:
@@ -228,7 +228,7 @@ def test_nan_between_samples_is_named_at_the_layer_that_made_it():
 
 
 def test_finite_losses_check_no_output_and_a_skipped_nan_loss_is_still_seen(monkeypatch):
-    from neuraldbg_cli import tensorstats as ts
+    from neuraldbg_cli.probe import tensorstats as ts
 
     calls = []
     cheap = ts.cheap

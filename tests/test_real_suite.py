@@ -6,7 +6,6 @@ import importlib.util
 import re
 
 import pytest
-
 from conftest import ROOT, explain_json, run_cli
 
 SUITE = ROOT / "scripts" / "scenarios_real"

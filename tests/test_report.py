@@ -14,9 +14,9 @@ import subprocess
 import pytest
 from conftest import run_cli
 
-from neuraldbg_cli.events import Report
-from neuraldbg_cli.renderers.report import render_page
-from neuraldbg_cli.renderers.report.grid import ABSENT, NODATA, NONFINITE, ZERO
+from neuraldbg_cli.render.report import render_page
+from neuraldbg_cli.render.report.grid import ABSENT, NODATA, NONFINITE, ZERO
+from neuraldbg_cli.trace.events import Report
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine (apt-get install "

@@ -9,12 +9,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from neuraldbg_cli import attnprobe, residprobe
 from neuraldbg_cli.config import KNOWN_KINDS, Thresholds
-from neuraldbg_cli.events import AttnStats, Kind, SemanticEvent
-from neuraldbg_cli.families.attention import attention_collapse, classify_attn
-from neuraldbg_cli.families.base import Context
-from neuraldbg_cli.families.residual import classify_block, classify_stream, residual_imbalance
+from neuraldbg_cli.probe import attnprobe, residprobe
+from neuraldbg_cli.reason.families.attention import attention_collapse, classify_attn
+from neuraldbg_cli.reason.families.base import Context
+from neuraldbg_cli.reason.families.residual import classify_block, classify_stream, residual_imbalance
+from neuraldbg_cli.trace.events import AttnStats, Kind, SemanticEvent
 
 TH = Thresholds()
 

@@ -1,9 +1,9 @@
 """Rules on hand-made events: every Kind has one rule; causes rank above consequences."""
-from neuraldbg_cli import crossrank
-from neuraldbg_cli.events import CROSS_RANK_KINDS, Kind, SemanticEvent
-from neuraldbg_cli.families import RULES
-from neuraldbg_cli.families.base import Context
-from neuraldbg_cli.reasoner import rank
+from neuraldbg_cli.reason import crossrank
+from neuraldbg_cli.reason.families import RULES
+from neuraldbg_cli.reason.families.base import Context
+from neuraldbg_cli.reason.reasoner import rank
+from neuraldbg_cli.trace.events import CROSS_RANK_KINDS, Kind, SemanticEvent
 
 
 def ev(type_, step, module, frm, to, site, **metrics):
@@ -101,7 +101,7 @@ def test_event_schema_is_spelled_once_in_effect():
     """The event type's Literal spells the schema out (mypy takes no constant there): it must stay EVENT_SCHEMA."""
     import typing
 
-    from neuraldbg_cli.events import EVENT_SCHEMA
+    from neuraldbg_cli.trace.events import EVENT_SCHEMA
 
     hint = typing.get_type_hints(SemanticEvent)["schema_"]
     assert typing.get_args(hint) == (EVENT_SCHEMA,)

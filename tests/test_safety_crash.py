@@ -10,7 +10,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import ASSETS, cli_env, run_cli
 
 

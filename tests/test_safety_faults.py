@@ -4,7 +4,6 @@ script trains on with unchanged output and exit status (even with --fail-on any)
 import json
 
 import pytest
-
 from conftest import FAULTS, run_cli
 
 HEALTHY = ("awkward.py",)

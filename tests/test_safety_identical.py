@@ -3,7 +3,6 @@ transformer encoder trained with AdamW give identical parameters, buffers, optim
 and RNG state with and without neuraldbg (default sampling and --every 1: statistics on every step)."""
 import pytest
 import torch
-
 from conftest import ASSETS, run_cli, run_python
 
 MODELS = ["mlp", "cnn", "lstm", "transformer"]

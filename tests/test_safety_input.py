@@ -9,16 +9,15 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, cli_env, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT, cli_env, run_cli
-from neuraldbg_cli import reasoner
 from neuraldbg_cli.errors import NeuraldbgError
-from neuraldbg_cli.renderers import RENDERERS
-from neuraldbg_cli.renderers import html
-from neuraldbg_cli.tracejob import read_run
-from neuraldbg_cli.tracereader import MAX_LINE, read_events
+from neuraldbg_cli.reason import reasoner
+from neuraldbg_cli.render import RENDERERS, html
+from neuraldbg_cli.trace.job import read_run
+from neuraldbg_cli.trace.reader import MAX_LINE, read_events
 
 EVENT = {"schema": "neuraldbg.event/1", "type": "gradient_health_transition", "step": 3, "module": "layers.0",
          "root": "Net", "from": "healthy", "to": "vanishing", "metrics": {"rms": 1e-12}, "site": "gradient"}
@@ -141,7 +140,7 @@ def test_events_and_report_on_missing_or_file_input(tmp_path):
 
 def _read_in_fresh_process(run_dir) -> dict:
     """Explain run_dir in a fresh process: its report and peak RSS (KiB)."""
-    code = ("import json, resource, sys; from neuraldbg_cli import reasoner; from neuraldbg_cli.tracejob import read_run; "
+    code = ("import json, resource, sys; from neuraldbg_cli.reason import reasoner; from neuraldbg_cli.trace.job import read_run; "
             "doc = reasoner.explain(read_run(sys.argv[1])).to_json_dict(); "
             "doc['rss'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss; print(json.dumps(doc))")
     r = subprocess.run([sys.executable, "-c", code, str(run_dir)], capture_output=True, text=True, env=cli_env(),

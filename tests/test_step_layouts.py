@@ -160,7 +160,7 @@ def _printed_losses(tmp_path):
 
 
 def test_clock_a_new_phase_closes_its_first_update_before_its_second():
-    from neuraldbg_cli.stepclock import StepClock
+    from neuraldbg_cli.probe.stepclock import StepClock
 
     c = StepClock()
     seen = []

@@ -3,7 +3,7 @@ import math
 
 import torch
 
-from neuraldbg_cli import tensorstats as ts
+from neuraldbg_cli.probe import tensorstats as ts
 
 
 def checksums(views):

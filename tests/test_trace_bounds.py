@@ -4,11 +4,12 @@ import json
 import math
 
 import pytest
-
 from conftest import run_cli
-from neuraldbg_cli import tracereader, tracewriter
-from neuraldbg_cli.events import ActStats, GradStats, SemanticEvent, StepRecord
-from neuraldbg_cli.tracewriter import STATS_EVERY_STEP, StatsThinner
+
+from neuraldbg_cli.trace import reader as tracereader
+from neuraldbg_cli.trace import writer as tracewriter
+from neuraldbg_cli.trace.events import ActStats, GradStats, SemanticEvent, StepRecord
+from neuraldbg_cli.trace.writer import STATS_EVERY_STEP, StatsThinner
 
 
 def _records(n: int, every: int = 10):

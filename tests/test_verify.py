@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conftest import ASSETS, ROOT, explain_json, run_cli
 
-from neuraldbg_cli import verify
+from neuraldbg_cli.verify import runner as verify
 
 DEMO_VANISHING = ROOT / "scripts" / "demo_vanishing.py"
 

@@ -65,8 +65,8 @@ CHILD = """
 import io, json, os, shutil, sys, tempfile
 from os import replace as early_replace
 from pathlib import Path
-from neuraldbg_cli.hookset import HookSet
-from neuraldbg_cli.writeguard import WriteGuard
+from neuraldbg_cli.probe.hookset import HookSet
+from neuraldbg_cli.verify.writeguard import WriteGuard
 
 home, proj = sys.argv[1], sys.argv[2]
 ways = json.loads(sys.argv[3])

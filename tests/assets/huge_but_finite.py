@@ -1,7 +1,9 @@
 """Finite but huge values (a test asset of tests/test_overflow.py): the tool must not call them non-finite."""
 import sys
+
 import torch
 import torch.nn as nn
+
 torch.manual_seed(0)
 kind = sys.argv[1]
 if kind == "fp32":  # finite values of ~1e23: inputs, activations, gradients (squares overflow float32)

@@ -2,7 +2,7 @@
 file of valid events grew memory without bound. Reading stops at MAX_EVENTS, with a warning."""
 import json
 
-from neuraldbg_cli import tracereader
+from neuraldbg_cli.trace import reader as tracereader
 
 
 def test_event_count_is_capped(tmp_path, monkeypatch):

@@ -5,7 +5,6 @@ import os
 import shutil
 
 import pytest
-
 from conftest import run_cli
 
 

@@ -6,10 +6,10 @@ import json
 from conftest import ASSETS, run_cli, run_python
 
 CTRL_C_IN_HOOK = """
-from neuraldbg_cli import probes
+from neuraldbg_cli.probe import hooks as probes
 def interrupted(*a, **k):
     raise KeyboardInterrupt
-from neuraldbg_cli import tensorstats
+from neuraldbg_cli.probe import tensorstats
 tensorstats.full = interrupted
 """
 

@@ -2,7 +2,7 @@
 a signal) left half a line that the next event was glued to. Lines are now written completely or fail."""
 import json
 
-from neuraldbg_cli.tracewriter import RunWriter
+from neuraldbg_cli.trace.writer import RunWriter
 
 
 class ShortFile:

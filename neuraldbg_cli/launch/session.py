@@ -1,0 +1,336 @@
+"""The observed session: runs SCRIPT / -m MODULE like python would (scriptexec), with the probes installed, and
+wires the stages: probes -> monitor -> trace writer (+ live console), then reasoner -> verdict and exit status."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from neuraldbg_cli import __version__
+from neuraldbg_cli.config import Settings
+from neuraldbg_cli.errors import ExitCode, NeuraldbgError
+from neuraldbg_cli.launch.console import Console, verdict
+from neuraldbg_cli.launch.distributed import JOB_FILE, LAUNCHED, RankInfo, job_start, rank_info, shared_run_dir
+from neuraldbg_cli.launch.scriptexec import execute, install_sigterm, resolve_target, restore_sigterm
+from neuraldbg_cli.reason.monitor import Monitor
+from neuraldbg_cli.trace.events import META_SCHEMA, SemanticEvent, StepRecord
+from neuraldbg_cli.trace.job import RunData
+from neuraldbg_cli.trace.writer import EVENTS, META, RunWriter, StatsThinner, point_latest, rank_file
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def default_run_dir(stem: str) -> Path:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = Path("runs") / f"{stamp}-{stem}"
+    path, k = base, 1
+    while path.exists():
+        k += 1
+        path = Path(f"{base}-{k}")
+    return path
+
+
+def prepare_run_dir(settings: Settings, stem: str, info: RankInfo | None = None) -> Path:
+    """The run directory, made and checked writable. A rank of a torchrun job shares its job's directory
+    (distributed.shared_run_dir) and refuses one that already holds its rank's trace."""
+    explicit = settings.run_dir is not None
+    if settings.run_dir is not None:
+        run_dir = Path(settings.run_dir)
+    elif info is not None:
+        run_dir = Path("runs") / f"{job_start():%Y%m%d-%H%M%S}-{stem}"
+    else:
+        run_dir = default_run_dir(stem)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise NeuraldbgError(f"neuraldbg: --run-dir {run_dir} exists and is not a directory")
+    if info is None and ((run_dir / EVENTS).exists() or (run_dir / JOB_FILE).exists()):
+        raise NeuraldbgError(f"neuraldbg: {run_dir} already holds a run; choose another --run-dir or remove it")
+    try:
+        if info is not None:
+            run_dir = shared_run_dir(run_dir, info, explicit)
+            if (run_dir / rank_file(EVENTS, info.rank)).exists():
+                raise NeuraldbgError(f"neuraldbg: {run_dir} already holds rank {info.rank} of this job")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe_file = run_dir / f".write-test.{os.getpid()}"
+        probe_file.write_bytes(b"")
+        probe_file.unlink()
+    except OSError as e:
+        raise NeuraldbgError(f"neuraldbg: cannot write run directory {run_dir}: {e.strerror or e}") from None
+    return run_dir
+
+
+RANK_WAIT_S = 30.0  # rank 0 waits at most this long, at its end, for the other ranks' traces to close
+ABSENT_WAIT_S = 3.0  # a rank with no trace here by then writes elsewhere (another node's run directory)
+
+
+def wait_for_ranks(run_dir: Path, world_size: int, timeout: float = RANK_WAIT_S, absent: float = ABSENT_WAIT_S) -> None:
+    """Rank 0 speaks for the job, so its verdict should see every rank's complete trace: poll the others'
+    meta.rank<N>.json until each has ended (a rank still running when the time is up is explained as it is)."""
+    import orjson
+
+    start = time.monotonic()
+    while True:
+        waited = time.monotonic() - start
+        waiting = False
+        for r in range(1, world_size):
+            try:
+                doc = orjson.loads((run_dir / rank_file(META, r)).read_bytes())
+            except FileNotFoundError:
+                waiting = waiting or waited < absent
+                continue
+            except (OSError, orjson.JSONDecodeError):
+                continue
+            waiting = waiting or (isinstance(doc, dict) and doc.get("status") == "running")
+        if not waiting or waited > timeout:
+            return
+        time.sleep(0.05)
+
+
+class Session:
+    """One observed run of a user script (or, for `neuraldbg run torchrun ...`, of a job of ranks)."""
+
+    def __init__(self, settings: Settings, args: list[str]) -> None:
+        self.settings = settings
+        self.mode, self.path, self.argv = resolve_target(args)
+        self.info = rank_info()  # a rank of a torchrun job, or None
+        stem = self.path.stem if self.path is not None else self.argv[0].rsplit(".", 1)[-1]
+        self.run_dir = prepare_run_dir(settings, stem, self.info)
+        self.rank = self.info.rank if self.info is not None else None
+        self.t0 = time.perf_counter()
+        try:
+            self.writer = RunWriter(self.run_dir, self.rank)
+        except FileExistsError:
+            raise NeuraldbgError(f"neuraldbg: {self.run_dir} already holds rank {self.rank} of this job") from None
+        self.thinner = StatsThinner(t0=self.t0 if self.info is not None else None)
+        self.console = Console(settings.quiet, self.info, self.run_dir)
+        self.monitor = Monitor(settings.thresholds, self._on_event)
+        self.meta: dict[str, Any] = {}
+        self.warnings: list[str] = []
+        self.off: set[str] = set()  # parts switched off after an internal error
+        self.probe: Any = None
+        self.pid = os.getpid()
+        self.seen: list[SemanticEvent] = []  # --stop-on judges the events so far (few: transitions only)
+        self.model_doc: dict[str, Any] = {}
+        self.stopped: dict[str, Any] | None = None  # --stop-on: where and why the run was ended
+        self._judged = -1
+
+    # -- wiring
+
+    def _on_event(self, ev: SemanticEvent) -> None:
+        if self.settings.stop_on:
+            self.seen.append(ev)
+        if "events.jsonl" not in self.off:
+            try:
+                self.writer.event(ev.to_json_dict())
+            except Exception as e:  # noqa: BLE001 - disk full etc.: warn once, stop writing it, keep training
+                self._warn_once("events.jsonl", e)
+        self.console.event(ev)
+
+    def _on_steps(self, records: list[StepRecord]) -> None:
+        if "monitor" not in self.off:
+            try:
+                for rec in records:
+                    self.monitor.observe(rec)
+            except Exception as e:  # noqa: BLE001
+                self._warn_once("monitor", e)
+        if "stats.jsonl" not in self.off:
+            try:
+                self.writer.stats(self.thinner.rows(records))
+            except Exception as e:  # noqa: BLE001
+                self._warn_once("stats.jsonl", e)
+        if self.settings.stop_on and self.stopped is None and "stop-on" not in self.off and records:
+            try:
+                self._judge(records[-1].step)
+            except Exception as e:  # noqa: BLE001
+                self._warn_once("stop-on", e)
+
+    def _judge(self, step: int) -> None:
+        """--stop-on: the reasoner on the events so far (also those the monitor still holds for ordering),
+        whenever they changed; a listed kind at --min-confidence ends the run after this optimizer step."""
+        from neuraldbg_cli.reason import reasoner
+
+        events = self.seen + self.monitor.pending()
+        if len(events) == self._judged:
+            return
+        self._judged = len(events)
+        run = RunData(dir=self.run_dir, meta=self.meta, events=list(events), models=self.model_doc)
+        report = reasoner.explain(run, self.settings.min_confidence)
+        found = reasoner.failing_kinds(report, self.settings.stop_on, self.settings.min_confidence)
+        if found:
+            self.stopped = {"step": step, "kinds": found}
+            self.probe.stop_requested = True
+            prefix = self.info.prefix if self.info is not None and self.info.rank != 0 else ""
+            print(
+                f"{prefix}neuraldbg: stopping the run after step {step}: {', '.join(found)} confirmed (--stop-on)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def _on_models(self) -> None:
+        try:
+            models = self.probe.models()
+            self.monitor.set_models(models)
+            self.model_doc = _model_doc(models, self.probe.optimizer_info())
+            self.writer.write_json("model.json", self.model_doc)
+        except Exception as e:  # noqa: BLE001
+            self._warn_once("model description", e)
+
+    def _warn_once(self, part: str, err: BaseException) -> None:
+        if part in self.off:
+            return
+        self.off.add(part)
+        prefix = self.info.prefix if self.info is not None and self.info.rank != 0 else ""
+        msg = f"{prefix}neuraldbg: internal error in {part} ({type(err).__name__}: {err}); continuing without it"
+        self.warnings.append(msg)
+        print(msg, file=sys.stderr, flush=True)
+
+    # -- the run
+
+    def write_meta(self, **extra: Any) -> None:
+        """meta.json; in a distributed run each rank's own meta.rank<N>.json, and rank 0's also as meta.json."""
+        self.meta.update(extra)
+        try:
+            self.writer.write_json("meta.json", self.meta)
+            if self.rank == 0:
+                self.writer.write_json("meta.json", self.meta, per_rank=False)
+        except Exception as e:  # noqa: BLE001
+            self._warn_once("meta.json", e)
+
+    def run(self) -> int:
+        import torch  # deferred: `explain` must not pay for torch
+
+        from neuraldbg_cli.probe.hooks import Probe
+        from neuraldbg_cli.verify.trial import from_env
+
+        trial = from_env(self.run_dir)  # a verify trial: its variables leave os.environ before it is recorded
+        self.meta = {
+            "schema": META_SCHEMA,
+            "neuraldbg": __version__,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "argv": self.argv,
+            "mode": self.mode,
+            "script": str(self.path or self.argv[0]),
+            "cwd": os.getcwd(),
+            "executable": sys.executable,
+            "env": script_env(os.environ),
+            "start": _now(),
+            "status": "running",
+            "world_size": self.info.world_size if self.info is not None else 1,
+            "pid": os.getpid(),
+            "settings": self.settings.model_dump(mode="json"),
+        }
+        if self.info is not None:
+            self.meta.update(
+                rank=self.info.rank, local_rank=self.info.local_rank, host=platform.node(), job=self.info.job
+            )
+        self.write_meta()
+        if trial is not None:  # before the probe: a fix's step pre-hook (clipping) runs before the probe reads
+            trial.install()
+        self.probe = Probe(self._on_steps, self._on_models, every=self.settings.every)
+        t0 = self.t0
+        try:
+            self.probe.install()
+        except Exception as e:  # noqa: BLE001 - then the script runs unobserved, rather than not at all
+            self.probe.hooks.remove()
+            self._warn_once("probe installation", e)
+        if trial is not None:
+            self.probe.pacer.max_steps = trial.max_steps
+        previous = install_sigterm()
+        try:
+            code = execute(self.mode, self.argv)
+        finally:
+            restore_sigterm(previous)
+            if os.getpid() == self.pid:
+                self._close()
+                if trial is not None:
+                    trial.close(self.writer.write_json)
+        if os.getpid() != self.pid:  # a child the script forked, leaving through sys.exit: the run is not its
+            return code
+        status = "finished" if code == 0 else "failed"
+        if self.stopped is not None:  # whatever the script made of the StopTraining it got (Lightning: exit 1)
+            code, status = int(ExitCode.FAIL_ON), "stopped"
+            self.meta.update(stopped_at=self.stopped["step"], stopped_by=self.stopped["kinds"])
+        elif self.probe.pacer.limit_reached:  # a verify trial's clean end after its steps
+            code, status = 0, "stopped"
+            self.meta.update(stopped_at=self.probe.step - 1, step_limit=self.probe.pacer.max_steps)
+        self.write_meta(
+            end=_now(),
+            wall_s=round(time.perf_counter() - t0, 3),
+            exit_status=code,
+            status=status,
+            steps_observed=self.monitor.steps_seen,
+            faults=self.probe.faults + self.warnings,
+        )
+        self.writer.close()
+        if self.settings.run_dir is None and not self.rank:
+            point_latest(self.run_dir)
+        if self.rank or os.environ.get(LAUNCHED):  # rank 0 (or the launching neuraldbg) speaks for the job
+            return code
+        if self.info is not None:
+            wait_for_ranks(self.run_dir, self.info.world_size)
+        return self._verdict(code)
+
+    def _close(self) -> None:
+        try:
+            self.probe.close()
+        except Exception as e:  # noqa: BLE001
+            self._warn_once("probe shutdown", e)
+        if "stats.jsonl" not in self.off:
+            try:
+                self.writer.stats(self.thinner.finish())
+            except Exception as e:  # noqa: BLE001
+                self._warn_once("stats.jsonl", e)
+        try:  # model.json again: the learning rates recorded since it was last written (optimizers.record_lr)
+            if self.model_doc.get("optimizers"):
+                self.model_doc = _model_doc(self.probe.models(), self.probe.optimizer_info())
+                self.writer.write_json("model.json", self.model_doc)
+        except Exception as e:  # noqa: BLE001
+            self._warn_once("model description", e)
+        try:
+            self.monitor.finish()
+        except Exception as e:  # noqa: BLE001
+            self._warn_once("monitor", e)
+
+    def _verdict(self, code: int) -> int:
+        return verdict(self.run_dir, self.settings, code)
+
+
+_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "PRIVATE", "SESSION")
+
+
+def script_env(env: os._Environ[str] | dict[str, str]) -> dict[str, str]:
+    """The script's environment as meta.json records it (`verify` re-runs with it): without variables whose
+    names look like secrets (…KEY, …TOKEN, PASSWORD…) and without neuraldbg's own (the settings are recorded)."""
+    return {
+        k: v
+        for k, v in sorted(env.items())
+        if not k.startswith("NEURALDBG_") and not any(w in k.upper() for w in _SECRET_WORDS)
+    }
+
+
+def _model_doc(models: list[Any], optimizers: Any) -> dict[str, Any]:
+    """model.json: each root model's modules and forward order, and the run's optimizers."""
+    return {
+        "models": [
+            {
+                "name": m.name,
+                "class": m.cls,
+                "n_modules": m.n_modules,
+                "n_params": m.n_params,
+                "order": m.order,
+                "modules": {n: vars(i) for n, i in m.modules.items()},
+                **({"wrappers": m.wrappers} if m.wrappers else {}),
+                **({"facts": m.facts} if m.facts else {}),
+            }
+            for m in models
+        ],
+        "optimizers": optimizers,
+    }

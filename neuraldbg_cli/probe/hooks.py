@@ -1,0 +1,171 @@
+"""Torch side of neuraldbg: global hooks that observe every nn.Module, optimizer and backward pass.
+
+Design (why it is cheap): every statistic is a 0-d tensor computed on the tensor's own device (see
+tensorstats) and kept in a per-step buffer; the buffers go to the host in one `torch.stack(...).tolist()`
+per sampled step (or every `every` steps), never one `.item()` per module.
+
+`Probe` builds the parts and installs their hooks, each part doing one job:
+    observer     forward passes: roots entered, data and targets, layer outputs and activations
+    rootfinder   which root model a call trains (over registry, roots: the models, held weakly)
+    backward     backward passes and GradScaler.scale: each pass's loss, when passes begin and end
+    pacer        what a step is (stepclock decides), when gradients are read, closing steps
+    gradreader   gradient, weight and update norms, checksums (over paramsets: which parameters)
+    optimizers   the optimizers of the run, their loss series and description
+    records      the step under way, the buffers, their trip to the host (outbox)
+    guard        faults become one warning and switch that observation off; forks observe nothing
+hookset undoes every hook. These parts, with tensorstats, roots, registry and provenance, are the probe
+side: the only modules that import torch."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from functools import partial
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.nn.modules import module as _module
+from torch.optim import optimizer as _optimizer
+
+from neuraldbg_cli.probe.backward import BackwardWatch
+from neuraldbg_cli.probe.gradreader import GradReader
+from neuraldbg_cli.probe.guard import Guard
+from neuraldbg_cli.probe.hookset import HookSet
+from neuraldbg_cli.probe.lossprobe import EXTRA_LOSSES
+from neuraldbg_cli.probe.observer import ForwardObserver
+from neuraldbg_cli.probe.optimizers import OptimizerWatch, optimizer_facts
+from neuraldbg_cli.probe.pacer import StepPacer
+from neuraldbg_cli.probe.paramsets import ParamSets
+from neuraldbg_cli.probe.provenance import FLOAT_TARGET_LOSSES, wrap_loss
+from neuraldbg_cli.probe.records import Outbox, StepBuffer, Steps
+from neuraldbg_cli.probe.registry import Registry
+from neuraldbg_cli.probe.rootfinder import RootFinder
+from neuraldbg_cli.probe.roots import Root
+from neuraldbg_cli.trace.events import ModelInfo, StepRecord
+
+
+def every_n(n: int, warmup: int = 10) -> Callable[[int], bool]:
+    """Schedule: the first `warmup` steps (most failures start at initialisation), then every n-th."""
+    return lambda step: step < warmup or step % n == 0
+
+
+class Probe:
+    """Installs the global hooks; turns what it sees into StepRecords handed to `on_steps` (in batches
+    on a GPU, a step at a time on the CPU: see records.Outbox), after `on_models()` when the models'
+    description changed."""
+
+    def __init__(
+        self,
+        on_steps: Callable[[list[StepRecord]], None],
+        on_models: Callable[[], None],
+        every: int = 10,
+        warn: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+    ) -> None:
+        self._guard = guard = Guard(warn)
+        self.faults = guard.messages
+        self.reg = Registry(self._forget_params)  # the root models, held weakly (see registry)
+        self._pinfo = self.reg.pinfo  # id(param) -> (root name, module name), for live parameters only
+        self._steps = steps = Steps(every_n(every))
+        self.outbox = Outbox(on_steps, on_models, every, guard)
+        self._sets = ParamSets(self.reg)
+        self._grads = GradReader(self._sets)
+        self._finder = RootFinder(self.reg, self.outbox.models_changed, guard, lambda: steps.step)
+        self._opts = OptimizerWatch(self._sets, self.outbox.models_changed, guard)
+        self._pacer = pacer = StepPacer(steps, guard, self._sets, self._grads, self._opts, self._finder, self.outbox)
+        self._forward = ForwardObserver(
+            steps, self._finder, guard, begin=pacer.close_due, models_changed=self.outbox.models_changed
+        )
+        self._backward = BackwardWatch(steps, pacer.clock, guard, begin=pacer.close_due, end=pacer.backward_end)
+        self.hooks = HookSet()
+
+    def install(self) -> HookSet:
+        h, fwd, pacer = self.hooks, self._forward, self._pacer
+        h.add(_module.register_module_forward_pre_hook(fwd.pre_forward))
+        h.add(_module.register_module_forward_hook(fwd.post_forward, always_call=True))
+        h.add(_optimizer.register_optimizer_step_pre_hook(pacer.pre_step))
+        h.add(_optimizer.register_optimizer_step_post_hook(pacer.post_step))
+        h.patch(torch.autograd, "backward", self._backward.wrap_backward(torch.autograd.backward))
+        h.patch(torch.optim.Optimizer, "__init__", self._opts.wrap_init(torch.optim.Optimizer.__init__))
+        for owner in (torch.optim.Optimizer, torch.nn.Module):
+            if "zero_grad" in owner.__dict__:
+                h.patch(owner, "zero_grad", pacer.wrap_zero_grad(owner.__dict__["zero_grad"]))
+        scaler = getattr(torch.amp, "GradScaler", None)
+        if scaler is not None and "scale" in scaler.__dict__:
+            h.patch(scaler, "scale", self._backward.wrap_scale(scaler.scale))
+        if "compile" in torch.nn.Module.__dict__:
+            h.patch(torch.nn.Module, "compile", self._finder.wrap_compile(torch.nn.Module.compile))
+        if "_has_any_global_hook" in _module.__dict__:
+            h.patch(_module, "_has_any_global_hook", fwd.foreign_hooks)
+        fwd.losses_on = True  # off at removal: `from torch.nn.functional import mse_loss` kept our wrapper
+        h.add(SimpleNamespace(remove=lambda: setattr(fwd, "losses_on", False)))
+        for name in (*FLOAT_TARGET_LOSSES, *EXTRA_LOSSES):
+            if name in F.__dict__:
+                h.patch(F, name, wrap_loss(F.__dict__[name], partial(fwd.loss_call, name)))
+        # attention: nn.MultiheadAttention calls the first, which calls the second when it needs no weights
+        for name, source in (("multi_head_attention_forward", "mha"), ("scaled_dot_product_attention", "sdpa")):
+            if name in F.__dict__:
+                h.patch(F, name, wrap_loss(F.__dict__[name], partial(fwd.attention_call, source)))
+        return h
+
+    def close(self) -> None:
+        """Finish the current step, hand over everything pending, remove all hooks (also when that fails)."""
+        with self.hooks:
+            self._pacer.finish()
+            self.flush()
+
+    def flush(self) -> None:
+        self.outbox.flush()
+
+    def _forget_params(self) -> None:
+        """A root model died (called from a weakref callback, so plain assignments only): drop the caches
+        that hold its parameters, so that nothing keeps their memory."""
+        self._sets.forget()
+        self._grads.forget()
+
+    # ---- state, for the session and tests ----
+
+    @property
+    def step(self) -> int:
+        return self._steps.step
+
+    @property
+    def _buf(self) -> StepBuffer:
+        return self._steps.buf
+
+    @property
+    def roots(self) -> list[Root]:
+        """The live root models; a model that is gone leaves (models() still describes it)."""
+        return self._finder.live
+
+    @property
+    def stop_requested(self) -> bool:
+        """--stop-on: end the training when the next optimizer step closes a step (StopTraining)."""
+        return self._pacer.stop_requested
+
+    @stop_requested.setter
+    def stop_requested(self, value: bool) -> None:
+        self._pacer.stop_requested = value
+
+    @property
+    def pacer(self) -> StepPacer:
+        """The step pacer: a verify trial sets its `max_steps` and reads `limit_reached`."""
+        return self._pacer
+
+    # ---- description for the run directory ----
+
+    def models(self) -> list[ModelInfo]:
+        """Every root model seen, also those gone since (the trace names them); the optimizers that train each
+        are among its facts."""
+        optimized, described = self._opts.optimized_ids(), self._opts.describe()
+        infos = [root.info(optimized) for root in self.reg.roots if not root.absorbed]
+        for info in infos:
+            trained_by = optimizer_facts(described, info.name)
+            if trained_by:
+                info.facts["optimizers"] = trained_by
+        return infos
+
+    def optimizer_info(self) -> list[dict[str, Any]]:
+        """Every optimizer the run used, also those already garbage-collected (a pre-training phase's)."""
+        return self._opts.describe()

@@ -1,0 +1,301 @@
+"""Training steps as torch reports them. The optimizer step hooks, zero_grad and the end of each backward pass
+feed the StepClock, which decides what a step is (see stepclock); the pacer acts on its answers: it reads
+gradients where they are complete, measures the update of sampled optimizer steps, and closes steps (their
+last statistics, then the outbox)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from neuraldbg_cli.errors import StopTraining
+from neuraldbg_cli.probe import tensorstats as ts
+from neuraldbg_cli.probe.gradreader import GradReader, UpdateBefore
+from neuraldbg_cli.probe.guard import Guard, compiling
+from neuraldbg_cli.probe.optimizers import OptimizerWatch
+from neuraldbg_cli.probe.paramsets import ParamSets
+from neuraldbg_cli.probe.records import Outbox, StepBuffer, Steps
+from neuraldbg_cli.probe.rootfinder import RootFinder
+from neuraldbg_cli.probe.stepclock import CLOSE, READ, StepClock
+
+RESCAN_EVERY = 10  # steps between re-scans for unfrozen parameters (the default schedule's sampling period)
+
+
+def _has_grads(obj: Any) -> bool:
+    """Whether a module's or optimizer's parameters hold any gradient (zero_grad would discard it)."""
+    params = (
+        obj.parameters() if isinstance(obj, torch.nn.Module) else (p for g in obj.param_groups for p in g["params"])
+    )
+    return any(p.grad is not None for p in params)
+
+
+class StepPacer:
+    """`stop_requested` (--stop-on): end the training when the next optimizer step closes a step."""
+
+    def __init__(
+        self,
+        steps: Steps,
+        guard: Guard,
+        sets: ParamSets,
+        grads: GradReader,
+        opts: OptimizerWatch,
+        finder: RootFinder,
+        outbox: Outbox,
+    ) -> None:
+        self._steps, self._guard, self._sets, self._grads = steps, guard, sets, grads
+        self._opts, self._finder, self._outbox = opts, finder, outbox
+        self.clock = StepClock()
+        self.stop_requested = False
+        self.max_steps: int | None = None  # a verify trial: end the training cleanly after this many steps
+        self.limit_reached = False
+        self._closure = False  # the optimizer step under way was given a closure: read gradients after it
+        self._before: UpdateBefore | None = None  # of the sampled optimizer step under way
+        self._series = ""  # loss series of the leading optimizer: losses no optimizer step took go there
+        self._rescanned = 0  # the last step whose close re-scanned the models for new parameters
+        self._versions: int | None = None  # before any optimizer step: the parameters' versions at the last backward
+
+    # ---- optimizer steps ----
+
+    def pre_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        """Gradients are complete (and unscaled by a GradScaler) exactly here, for this optimizer's params;
+        a closure step (LBFGS, Lightning) computes them inside step(): they are read after it. Only the
+        outermost step counts (a wrapper optimizer stepping the one inside, a subclass's super().step())."""
+        off = self._guard.off
+        if not self._guard.mine() or not self.clock.step_begin():
+            return
+        if self.clock.takes_over(id(opt)):
+            self._close_before()
+        if "grads" in off:
+            return
+        buf = self._steps.buf
+        try:
+            ps = self._sets.of_optimizer(opt)
+            self._closure = bool(args and callable(args[0])) or callable(kwargs.get("closure"))
+            if not self._closure:
+                self._grads.norms(buf, ps)
+        except Exception as e:  # noqa: BLE001
+            self._guard.fault("grads", e)
+            return
+        if buf.sampled and "update" not in off:
+            try:
+                self._before = self._grads.before_update(buf, ps)
+            except Exception as e:  # noqa: BLE001
+                self._guard.fault("update", e)
+
+    def post_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        """The outermost optimizer step ended: read what it left (a closure step's gradients, the update of a
+        sampled step), give it the losses since the last step, and close the training step if it paces."""
+        guard, off = self._guard, self._guard.off
+        if not guard.mine():
+            return
+        buf = self._steps.buf
+        try:
+            closes = self.clock.step_end(id(opt), lambda key: self._opts.alive(key, buf.active))
+        except Exception as e:  # noqa: BLE001
+            guard.fault("step", e)
+            return
+        if closes is None:
+            return
+        closure, before, self._closure, self._before = self._closure, self._before, False, None
+        if closure and "grads" not in off:
+            try:
+                self._grads.norms(buf, self._sets.of_optimizer(opt))
+            except Exception as e:  # noqa: BLE001
+                guard.fault("grads", e)
+        if before is not None and before.buf is buf and "update" not in off:
+            try:
+                self._grads.update(before)
+            except Exception as e:  # noqa: BLE001
+                guard.fault("update", e)
+        try:
+            self._opts.stepped(opt)
+            if buf.sampled:
+                self._opts.record_lr(opt, buf.step)
+            owners = self._sets.of_optimizer(opt).owners
+            if not any(o is owners for o in buf.stepped):  # (cached per parameter set: one entry per optimizer)
+                buf.stepped.append(owners)
+            series = self._opts.series(opt)
+            lead = id(opt) == self.clock.lead
+            buf.assign_loss(series, main=lead)
+            if lead:
+                self._series = series
+            if closes:
+                self.advance()
+        except Exception as e:  # noqa: BLE001
+            guard.fault("step", e)
+        if closes and self.stop_requested:  # a step boundary: the weights are updated, no backward under way
+            self.stop_requested = False
+            raise StopTraining()
+        if closes and self.max_steps is not None and self._steps.step >= self.max_steps and not self.limit_reached:
+            self.limit_reached = True
+            raise StopTraining()
+
+    def wrap_zero_grad(self, original: Callable) -> Callable:
+        """Optimizer.zero_grad / Module.zero_grad, patched: discarding gradients no optimizer step used ends a
+        step (see StepClock.zero_grad); it is closed first, while its gradients can still be read."""
+        pacer = self
+
+        def zero_grad(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            if not compiling() and "step" not in pacer._guard.off and pacer._guard.mine():
+                try:
+                    # a GradScaler's skipped step (scaled gradients, no optimizer step) is no forgotten step, nor
+                    # are backward passes run for an input's gradient (an attack's, see StepBuffer.input_grad)
+                    buf = pacer._steps.buf
+                    discards = lambda: not buf.scaled and not buf.input_grad and _has_grads(obj)  # noqa: E731
+                    if pacer.clock.zero_grad(discards, pacer._changed):
+                        pacer.advance()
+                    else:
+                        pacer._drop_discarded(obj)
+                except Exception as e:  # noqa: BLE001
+                    pacer._guard.fault("step", e)
+            return original(obj, *args, **kwargs)
+
+        zero_grad.__wrapped__ = original  # type: ignore[attr-defined]
+        return zero_grad
+
+    def _drop_discarded(self, obj: Any) -> None:
+        """A zero_grad that no step close preceded: when it discards every gradient the models hold, the
+        backward passes since the last optimizer step served no update (an adversarial attack's inner loop
+        takes the input's gradient with loss.backward(), then zero_grad() clears what reached the weights):
+        their losses are no part of the step's loss (a NaN/Inf among them still is: see discard_losses). Kept
+        when a GradScaler scaled them (a skipped step's loss), inside an optimizer step (a closure zeroes before
+        its own backward) and when some other parameter still holds a gradient (one model's zero_grad between
+        two models' backward passes)."""
+        buf, clock = self._steps.buf, self.clock
+        if buf.pending is None or buf.scaled or clock.depth or clock.done or not _has_grads(obj):
+            return
+        mine = (
+            {id(p) for p in obj.parameters()}
+            if isinstance(obj, torch.nn.Module)
+            else {id(p) for g in obj.param_groups for p in g["params"]}
+        )
+        if any(p.grad is not None and id(p) not in mine for p in self._sets.every().params):
+            return
+        buf.discard_losses()
+
+    def _close_before(self) -> None:
+        """A new phase's optimizer steps a second time (StepClock.takes_over): its first update, still in the
+        step under way, closes that step now. What the backward passes since belong to moves to the next step
+        (their loss, whether a GradScaler scaled them, the models they ran); the forward passes' values stay
+        behind (a NaN they made shows one step early)."""
+        buf = self._steps.buf
+        pending, buf.pending = buf.pending, None
+        try:
+            self.advance()
+        except Exception as e:  # noqa: BLE001
+            self._guard.fault("step", e)
+        new = self._steps.buf
+        new.pending = pending
+        if new is not buf:
+            new.scaled = buf.scaled
+            new.active.update(buf.active)
+
+    # ---- backward passes ----
+
+    def backward_end(self, scaled: bool) -> None:
+        """A backward pass ended: accumulate into the step (an optimizer exists), or read the gradients of a
+        backward-counted step now (a zero_grad may follow), or close a step that hit the accumulation limit.
+        `scaled`: its loss was scaled by a GradScaler."""
+        try:
+            act = self.clock.backward_end(bool(self._opts.optimizers))
+            if not self.clock.stepped and self._opts.optimizers:  # (until the first optimizer step: see _changed)
+                self._versions = self._version_sum()
+        except Exception as e:  # noqa: BLE001
+            self._guard.fault("step", e)
+            return
+        if scaled and self._opts.optimizers:
+            # GradScaler: gradients are still scaled here (and inf on steps it will skip); they are read
+            # unscaled at the optimizer's pre-step, and its step, not this backward, ends the step
+            self._steps.buf.scaled = True
+        elif act == READ and "grads" not in self._guard.off:
+            try:
+                self._grads.norms(self._steps.buf, self._sets.every())
+            except Exception as e:  # noqa: BLE001
+                self._guard.fault("grads", e)
+        if act == CLOSE:
+            self._advance_or_fault()
+
+    def _version_sum(self) -> int:
+        """The parameters' in-place version counters, summed: any in-place change of one moves it."""
+        return sum(p._version for p in self._sets.every().params)
+
+    def _changed(self) -> bool:
+        """Whether a parameter was changed in place since the last backward pass (StepClock.zero_grad: SAM's
+        climb before its first optimizer step)."""
+        return self._versions is not None and self._version_sum() != self._versions
+
+    def close_due(self) -> None:
+        """A forward or backward pass begins: a backward-counted step (no optimizer: see StepClock) closes
+        now, so that a manual update or an optimizer.step() right after its backward still belonged to it."""
+        if self.clock.due():
+            self._advance_or_fault()
+
+    # ---- closing steps ----
+
+    def advance(self) -> None:
+        self._finalize()
+        self._steps.next()
+
+    def finish(self) -> None:
+        """The run ends: close the step under way, unless it is an idle tail (see _idle_tail)."""
+        buf = self._steps.buf
+        buf.settle(False)
+        if (buf.parts or buf.checks or buf.losses or buf.pending is not None) and not self._idle_tail(buf):
+            self._finalize()
+
+    def _advance_or_fault(self) -> None:
+        try:
+            self.advance()
+        except Exception as e:  # noqa: BLE001
+            self._guard.fault("step", e)
+
+    def _finalize(self) -> None:
+        """Close the current step: add gradient (and on sampled steps weight) statistics, queue it. Losses no
+        optimizer step took (a backward-counted step) go to the last pacing optimizer's series."""
+        buf, off = self._steps.buf, self._guard.off
+        buf.time = time.perf_counter()
+        if buf.held:  # outputs of a forward pass no backward pass followed (an evaluation with gradients on)
+            buf.settle(False)
+        buf.assign_loss(self._series)
+        # parameters unfrozen since: a sampled step is often enough, and after the first RESCAN_EVERY steps one
+        # in RESCAN_EVERY (the walk over every module is a sampled step's largest Python cost under --every 1)
+        if buf.sampled and "rescan" not in off and self._rescan_due(buf.step):
+            try:
+                for root in self._finder.live:
+                    self._finder.rescan(root)
+            except Exception as e:  # noqa: BLE001
+                self._guard.fault("rescan", e)
+        if "grads" not in off:
+            try:
+                self._grads.step_stats(buf)
+            except Exception as e:  # noqa: BLE001
+                self._guard.fault("grads", e)
+        self._outbox.put(buf)
+
+    def _rescan_due(self, step: int) -> bool:
+        if step < RESCAN_EVERY:
+            return True
+        if step < self._rescanned + RESCAN_EVERY:
+            return False
+        self._rescanned = step
+        return True
+
+    def _idle_tail(self, buf: StepBuffer) -> bool:
+        """After training, a last step that no optimizer step completes is no training step: one that only saw
+        forward passes (a final evaluation without no_grad), or, once an optimizer has stepped, backward passes
+        that accumulate for a step that never comes (the last micro-batches of an epoch). Dropped unless it
+        made a NaN/Inf (read here, once, at the end of the run)."""
+        clock = self.clock
+        if not self._steps.step or clock.done or buf.losses:
+            return False
+        if clock.backwards and (not clock.stepped or clock.fallback):  # backward passes are steps here
+            return False
+        tail = buf.parts + buf.checks + ([buf.pending.detach()] if buf.pending is not None else [])
+        try:
+            return math.isfinite(sum(ts.host_values(tail)))
+        except Exception:  # noqa: BLE001
+            return False

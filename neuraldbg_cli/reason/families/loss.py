@@ -1,0 +1,276 @@
+"""Loss: each loss series (one per model trained) is normal, on a plateau, diverging, oscillating or
+non-finite, judged by its LossSeries (loss_model.py)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from operator import attrgetter
+from typing import Any
+
+from neuraldbg_cli.reason.families.activations import _blowup_phrase, _blowups
+from neuraldbg_cli.reason.families.advice import (
+    lower_lr,
+    lower_lr_fix,
+    plateau_lr,
+    plateau_lr_fix,
+    postln_warmup,
+    postln_warmup_fix,
+)
+from neuraldbg_cli.reason.families.base import (
+    NON_FINITE,
+    Board,
+    Context,
+    Event,
+    Family,
+    Observer,
+    _evidence,
+    _hyp,
+    settled,
+)
+from neuraldbg_cli.reason.families.loss_model import DIVERGING, NORMAL, LossSeries
+from neuraldbg_cli.reason.fixspec import fix
+from neuraldbg_cli.trace.events import EventType, Hypothesis, Kind, StepRecord
+from neuraldbg_cli.vocab import SOFTMAX_TYPES
+
+CLASS_LOSSES = ("cross_entropy", "nll_loss")  # losses over a class dim whose uniform guess scores ln(classes)
+ETYPE = EventType.optimizer_instability.value
+
+
+class LossObserver(Observer):
+    """Per step: each loss the step reported, fed to its series; the summary's losses come from the first."""
+
+    def __init__(self, board: Board) -> None:
+        super().__init__(board)
+        self.series: dict[str, LossSeries] = {}
+        self.main_series: LossSeries | None = None  # the first series seen: the run summary's losses
+        self.prev_active: set[str] = set()
+        self.losses_seen = 0
+        self.last_loss: float | None = None
+
+    def observe(self, rec: StepRecord) -> None:
+        if rec.active:
+            if self.prev_active and rec.active.isdisjoint(self.prev_active):
+                self._reset_loss(rec.active)  # another model took over: its loss curve starts afresh
+            if rec.active != self.prev_active:  # (a copy: the record's set is the probe's)
+                self.prev_active = set(rec.active)
+        losses = rec.losses or ({"": rec.loss} if rec.loss is not None else {})
+        for name, loss in losses.items():
+            self._observe_loss(rec.step, name, loss, alone=len(losses) == 1)
+        if len(losses) == 1 and rec.loss_calls:
+            self._chance_level(rec, next(iter(losses)))
+
+    def _chance_level(self, rec: StepRecord, name: str) -> None:
+        """A step whose one loss is one class loss over C classes, averaged: that loss's chance level is
+        ln(C) (see LossSeries._worse_than_guessing). Several loss calls in the step: none is known to be it."""
+        series = self.series.get(name)
+        calls = list(rec.loss_calls.values())
+        if series is None or len(calls) != 1:
+            return
+        call = calls[0]
+        if call.name in CLASS_LOSSES and call.reduction == "mean" and (call.classes or 0) >= 2:
+            series.chance = math.log(call.classes or 2)
+
+    def _reset_loss(self, active: set[str]) -> None:
+        """Loss series of models no longer trained are dropped: a new model's curve starts afresh."""
+        for name in [n for n in self.series if n not in active]:
+            del self.series[name]
+            self.board.reset(("loss", name), NORMAL)
+
+    def _observe_loss(self, step: int, name: str, loss: float, alone: bool) -> None:
+        key = ("loss", name)
+        self.last_loss = loss
+        if not math.isfinite(loss):
+            self.board.feed(key, NORMAL, NON_FINITE, step, {"loss": loss}, ETYPE, "loss", name, None)
+            return
+        self.losses_seen += 1
+        series = self.series.get(name)
+        if series is None:
+            series = self.series[name] = LossSeries(self.th)
+            if self.main_series is None:
+                self.main_series = series
+        series.alone = series.alone and alone
+        state, onset = series.observe(step, loss)
+        if settled(self.board.machines, key, state):
+            return  # nothing changes (most steps): no evidence to build
+        # a state dated back (a rise's change point, a plateau's stretch) begins no earlier than the last one
+        onset = max(0, onset, self.board.since.get(key, 0))
+        self.board.feed(key, NORMAL, state, onset, series.metrics(), ETYPE, "loss", name, None)
+
+    def floor(self, now: int) -> int:
+        """A loss state is dated back (a rise's change point, a plateau's stretch, an oscillation's window):
+        the earliest step any series could still date one at."""
+        floor = now
+        for name, s in self.series.items():
+            machine = self.board.machines.get(("loss", name))
+            floor = min(floor, s.earliest_onset(now, machine is not None and machine.state == DIVERGING))
+        return floor
+
+    def summary(self) -> dict[str, Any]:
+        main = self.main_series
+        return {
+            "losses": float(self.losses_seen),
+            "first_loss": statistics.median(main.first) if main and main.first else None,
+            "best_loss": main._x(main.best) if main and math.isfinite(main.best) else None,
+            "last_loss": self.last_loss,
+        }
+
+
+# ---------------------------------------------------------------- rules
+
+
+def _loss_persistence(ctx: Context, evs: list[Event], state: str, intermittent: bool) -> float:
+    """Confidence factor for a loss state: 1 when it lasts to the end (or turned non-finite, which is worse).
+    A state that ended is history, not a present problem: below the 0.5 that --fail-on reads, unless an
+    intermittent state (an oscillation comes and goes) took most of the run after its onset, or the loss
+    came out of it onto a plateau (a blow-up that wrecked the progress: the plateau is its consequence)."""
+    end = max((e.step for e in ctx.select(types=[EventType.run_summary.value])), default=None)
+    shares = []
+    for key in {(e.type, e.root, e.module, e.site) for e in evs}:
+        if ctx.last_to(key) in (state, "non_finite") or (state != "plateau" and ctx.last_to(key) == "plateau"):
+            shares.append(1.0)  # still there, worse, or over but the loss never won back its progress (stuck)
+            continue
+        moves = sorted(
+            (e for e in ctx.select(types=[key[0]]) if (e.type, e.root, e.module, e.site) == key), key=attrgetter("step")
+        )
+        inside, since, onset = 0, None, None
+        for e in moves:
+            if e.to == state and since is None:
+                since = e.step
+                onset = e.step if onset is None else onset
+            elif e.to != state and since is not None:
+                inside, since = inside + e.step - since, None
+        last = end if end is not None else (moves[-1].step if moves else 0)
+        span = max(1, last - (onset or 0))
+        shares.append(min(1.0, inside / span))
+    share = max(shares, default=0.0)
+    if share >= 1.0 or (state in ("diverging", "oscillating") and _lasting_damage(ctx, min(e.step for e in evs))):
+        return 1.0
+    if intermittent and share >= 0.5:
+        return 0.65 + 0.35 * share
+    return min(0.6, 0.5 + 0.1 * share)  # base <= 0.8: at most 0.48
+
+
+LASTING = ("vanishing", "saturated", "dead", "swamping", "dead_branch", "stream_growth", "collapsed")
+
+
+def _lasting_damage(ctx: Context, since: int) -> bool:
+    """Whether units or gradients went dead, saturated or vanishing after `since` (the onset of a blow-up or
+    a wild oscillation of the loss) and stayed so, or the
+    structure the blow-up threw out of scale stayed so (a residual branch swamping or gone from its skip, a
+    stream grown block after block, attention rows collapsed to one key): a blow-up of the loss that left
+    such damage is over, but its harm is not (the weights it wrecked stay wrecked)."""
+    for e in ctx.select(to=LASTING):
+        if e.step >= since and ctx.last_to((e.type, e.root, e.module, e.site)) == e.to:
+            return True
+    return False
+
+
+def _loss_rule(
+    ctx: Context,
+    state: str,
+    kind: Kind,
+    base: float,
+    phrase: str,
+    tips: list[str],
+    intermittent: bool = False,
+    fixes: list[dict[str, Any]] | None = None,
+) -> Hypothesis | None:
+    evs = ctx.select(types=[EventType.optimizer_instability.value], to=[state])
+    if not evs:
+        return None
+    first = min(evs, key=lambda e: e.step)
+    m = {k: v for k, v in first.metrics.items() if v is not None}
+    conf = base * _loss_persistence(ctx, evs, state, intermittent)
+    if intermittent and "low" in m and "high" in m:
+        summary = (
+            f"{phrase} from step {first.step}: it swings between {m['low']:.4g} and {m['high']:.4g} "
+            f"step to step (started at {m.get('start', 0):.4g})."
+        )
+    else:
+        summary = (
+            f"{phrase} from step {first.step}: loss {m.get('recent', m.get('loss', 0)):.4g} now vs "
+            f"{m.get('start', 0):.4g} at the start (best {m.get('best', 0):.4g})."
+        )
+    return _hyp(kind, conf, None, first.step, summary, evs, tips, fixes=fixes)
+
+
+def _onset(ctx: Context, state: str) -> int | None:
+    """The first step the loss entered `state` (the lr advice quotes the lr in force then)."""
+    return min((e.step for e in ctx.select(types=[EventType.optimizer_instability.value], to=[state])), default=None)
+
+
+def loss_plateau(ctx: Context) -> Hypothesis | None:
+    types = ctx.module_types()
+    tips = postln_warmup(ctx) + plateau_lr(ctx, _onset(ctx, "plateau"))  # the lr in force as it stalled
+    ordered = [n for m in ctx.models for n in (m.get("order") or [])]
+    if ordered and types.get(ordered[-1]) in SOFTMAX_TYPES:
+        tips.insert(
+            0,
+            f"the model ends in {types[ordered[-1]]} ({ordered[-1]}): nn.CrossEntropyLoss applies "
+            f"log-softmax itself; return raw logits",
+        )
+    tips.append("check that the loss can decrease at all: overfit one small batch first")
+    at = _onset(ctx, "plateau")
+    fixes = postln_warmup_fix(ctx) + plateau_lr_fix(ctx, at)
+    return _loss_rule(ctx, "plateau", Kind.loss_plateau, 0.72, "The loss does not decrease", tips, fixes=fixes)
+
+
+def loss_divergence(ctx: Context) -> Hypothesis | None:
+    at = _onset(ctx, "diverging")
+    tips = lower_lr(ctx, at) + [
+        "clip gradients (clip_grad_norm_)",
+        "check the update sign (maximize=True, a negative lr, loss sign)",
+    ]
+    evs = ctx.select(types=[EventType.optimizer_instability.value], to=["diverging"])
+    falls = [e for e in evs if e.metrics.get("fall_factor") is not None]
+    if falls and min(falls, key=lambda e: e.step) is min(evs, key=lambda e: e.step):
+        # a loss unbounded below: no learning rate cures a sign error, the loss's terms are the fix
+        tips = [
+            "check the sign of each loss term: a KL term is added, KLD = -0.5 * sum(1 + logvar - mu^2 - "
+            "exp(logvar)) >= 0; a term subtracted by mistake (or a loss that rewards unbounded outputs, e.g. "
+            "-output.mean()) has no lower bound",
+            *tips,
+        ]
+        h = _loss_rule(
+            ctx,
+            "diverging",
+            Kind.loss_divergence,
+            0.8,
+            "The loss falls without bound (a sign error such as a subtracted KL term, or a loss that rewards "
+            "unbounded outputs)",
+            tips,
+            fixes=[],  # no lr or clipping cures a sign error: nothing to apply from outside the script
+        )
+        if h is not None:
+            m = falls[0].metrics
+            h.summary += f" It fell to {m.get('fall_factor') or 0:.3g}x its start's size below zero."
+    else:
+        fixes = lower_lr_fix(ctx, at) + [fix("clip_grad_norm", tips[-2], max_norm=1.0)]
+        h = _loss_rule(
+            ctx, "diverging", Kind.loss_divergence, 0.8, "The loss diverges (keeps growing)", tips, fixes=fixes
+        )
+    blow = _blowups(ctx)
+    if h is not None and blow:  # the forward pass shows where values grew first (the origin stays the loss)
+        h.summary += f" In the forward pass, {_blowup_phrase(ctx, blow)[1]}."
+        h.evidence = (h.evidence + _evidence(blow, 3))[:8]
+    return h
+
+
+def unstable_loss(ctx: Context) -> Hypothesis | None:
+    at = _onset(ctx, "oscillating")
+    tips = lower_lr(ctx, at) + ["add learning-rate warm-up or a decaying schedule", "use a larger batch"]
+    fixes = lower_lr_fix(ctx, at) + [fix("warmup", tips[-2], steps=50)]
+    return _loss_rule(
+        ctx,
+        "oscillating",
+        Kind.unstable_loss,
+        0.66,
+        "The loss oscillates without converging",
+        tips,
+        intermittent=True,
+        fixes=fixes,
+    )
+
+
+FAMILY = Family("loss", LossObserver, (loss_plateau, loss_divergence, unstable_loss))

@@ -1,0 +1,272 @@
+"""Loss function misuse: a loss called wrongly, read at each loss call of a sampled step (lossprobe.py).
+
+States (LossCallState), one debounced machine per loss name:
+- broadcast: an elementwise loss (mse_loss, l1_loss, ...) whose target broadcasts against the input to another
+  shape ([N, 1] against [N] -> [N, N]): every prediction is fitted to every target, the loss stalls at the
+  targets' variance (torch only warns);
+- probabilities_to_ce: cross_entropy fed rows in [0, 1] summing to 1 (a softmax before it): it applies
+  log_softmax itself, so the gradient is squashed and the loss stalls well above 0;
+- probabilities_to_logits_loss: binary_cross_entropy_with_logits fed values all in [0, 1] (a sigmoid before it);
+- logits_to_nll: a loss that takes log-probabilities (nll_loss, kl_div, ctc_loss) fed values above 0: raw
+  scores, and -x[target] falls without bound (ctc_loss: its gradient assumes normalised log-probabilities);
+- probabilities_to_nll: the same losses fed probabilities (softmax where log_softmax belongs);
+- sum_reduction: reduction="sum" over many terms: every gradient is that many times the mean's (a cause only
+  together with an unstable, diverging loss or exploding gradients).
+Class targets out of range are not judged: torch raises on them by itself.
+
+The event carries no loss name in a string field (the event's `module` is a model's module, and a loss is
+none): `loss_id` indexes LOSS_NAMES (append only), shapes are `input_0`, `input_1`, ... metrics."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from neuraldbg_cli.config import Thresholds
+from neuraldbg_cli.reason.families.base import Context, Event, Family, Observer, _hyp
+from neuraldbg_cli.trace.events import EventType, Hypothesis, Kind, LossCallState, LossCallStats, Origin, StepRecord
+
+S = LossCallState
+SITE = "loss_call"
+# the losses lossprobe reads, by number in the events (`loss_id`): append only, a trace keeps the numbers
+LOSS_NAMES = (
+    "mse_loss",
+    "l1_loss",
+    "smooth_l1_loss",
+    "huber_loss",
+    "binary_cross_entropy",
+    "binary_cross_entropy_with_logits",
+    "kl_div",
+    "poisson_nll_loss",
+    "gaussian_nll_loss",
+    "cross_entropy",
+    "nll_loss",
+    "ctc_loss",
+)
+_IDS = {name: i for i, name in enumerate(LOSS_NAMES)}
+MODULES = {  # the loss module that calls each
+    "mse_loss": "MSELoss",
+    "l1_loss": "L1Loss",
+    "smooth_l1_loss": "SmoothL1Loss",
+    "huber_loss": "HuberLoss",
+    "binary_cross_entropy": "BCELoss",
+    "binary_cross_entropy_with_logits": "BCEWithLogitsLoss",
+    "kl_div": "KLDivLoss",
+    "poisson_nll_loss": "PoissonNLLLoss",
+    "gaussian_nll_loss": "GaussianNLLLoss",
+    "cross_entropy": "CrossEntropyLoss",
+    "nll_loss": "NLLLoss",
+    "ctc_loss": "CTCLoss",
+}
+LOG_PROB_LOSSES = ("nll_loss", "kl_div", "ctc_loss")  # their input is log-probabilities
+HALF = ("float16", "bfloat16")
+SQUASHING = frozenset({"Sigmoid", "Softmax", "Hardsigmoid", "Clamp", "ClampMin", "ClampMax"})  # outputs in [0, 1]
+LOG_OUTPUTS = frozenset({"LogSoftmax", "LogSigmoid"})
+MIN_VALUES = 16  # values a [0, 1] range is judged on: one or two logits may well lie in [0, 1] by chance
+MISUSE = tuple(s.value for s in S if s is not S.normal)
+# how sure each state is that the loss is called wrongly (sum_reduction: see loss_misuse)
+CONFIDENCE = {
+    S.broadcast.value: 0.9,
+    S.probabilities_to_ce.value: 0.88,
+    S.probabilities_to_logits_loss.value: 0.85,
+    S.logits_to_nll.value: 0.9,
+    S.probabilities_to_nll.value: 0.85,
+    S.sum_reduction.value: 0.6,
+}
+UNSTABLE = ("diverging", "oscillating")  # loss states under which a summed reduction is a cause
+
+
+def classify_loss_call(s: LossCallStats, th: Thresholds) -> str:
+    """Pure: one loss call's statistics -> a LossCallState value. The shapes decide `broadcast` exactly; the
+    value tests read the input's range (an evenly spread sample) and its row sums (a few leading rows)."""
+    if s.broadcast_shape is not None:
+        return S.broadcast.value
+    n = math.prod(s.input_shape)
+    lo, hi = s.min, s.max
+    row_tol = th.loss_row_tol * (16 if s.dtype in HALF else 1)
+    unit = n >= MIN_VALUES and lo >= 0 and hi <= 1  # False for NaN
+    rows_one = s.row_sum_dev is not None and s.row_sum_dev <= row_tol
+    # where the input comes from decides when it is known (a sigmoid's output, or logits that happen to lie in
+    # [0, 1] near initialisation: a GAN discriminator's); the range test stands in only without a graph
+    made = s.source
+    squashed = made in SQUASHING if made is not None else unit
+    if s.name == "cross_entropy" and (s.classes or 0) >= 2 and unit and rows_one and made not in LOG_OUTPUTS:
+        return S.probabilities_to_ce.value
+    if s.name == "binary_cross_entropy_with_logits" and unit and squashed:
+        return S.probabilities_to_logits_loss.value
+    if s.name in LOG_PROB_LOSSES:
+        if (s.classes or 0) >= 2 and unit and rows_one:
+            return S.probabilities_to_nll.value
+        if hi > th.loss_logprob_tol:
+            return S.logits_to_nll.value
+    if s.reduction == "sum" and s.terms >= th.loss_sum_terms:
+        return S.sum_reduction.value
+    return S.normal.value
+
+
+def _metrics(s: LossCallStats) -> dict[str, Any]:
+    m: dict[str, Any] = {"loss_id": _IDS.get(s.name, -1), "as_module": float(s.module is not None)}
+    for prefix, shape in (("input", s.input_shape), ("target", s.target_shape), ("broadcast", s.broadcast_shape)):
+        for i, d in enumerate(shape or ()):
+            m[f"{prefix}_{i}"] = d
+    m.update(min=s.min, max=s.max, row_sum_dev=s.row_sum_dev, classes=s.classes, terms=s.terms)
+    m["sum_reduction"] = float(s.reduction == "sum")
+    return m
+
+
+class LossCallObserver(Observer):
+    """Per sampled step: the first call of each loss, classified; one machine per loss name."""
+
+    def observe(self, rec: StepRecord) -> None:
+        for name, s in rec.loss_calls.items():
+            state = classify_loss_call(s, self.th)
+            etype = EventType.loss_call_health.value
+            self.board.feed(("lossfn", name), S.normal.value, state, rec.step, _metrics(s), etype, SITE, None, None)
+
+
+# ---------------------------------------------------------------- rule
+
+
+def _shape(m: dict[str, Any], prefix: str) -> tuple[int, ...] | None:
+    dims: list[int] = []
+    while isinstance(m.get(f"{prefix}_{len(dims)}"), (int, float)):
+        dims.append(int(m[f"{prefix}_{len(dims)}"]))
+    return tuple(dims) if dims or prefix == "input" else None
+
+
+def _fmt(shape: tuple[int, ...] | None) -> str:
+    return "[" + ", ".join(map(str, shape or ())) + "]"
+
+
+def _call_name(name: str, m: dict[str, Any]) -> str:
+    return f"nn.{MODULES.get(name, name)}" if m.get("as_module") else f"F.{name}"
+
+
+def _view(shape: tuple[int, ...]) -> str:
+    return ", ".join(["-1", *map(str, shape[1:])]) if len(shape) > 1 else "-1"
+
+
+def _broadcast_fix(inp: tuple[int, ...], tgt: tuple[int, ...] | None) -> str:
+    if tgt is not None and inp == (*tgt, 1):
+        return f"use target.view({_view(inp)}) (target.unsqueeze(-1)), or pred.squeeze(-1) against the target"
+    if tgt is not None and tgt == (*inp, 1):
+        return "use target.squeeze(-1) (or give the model's head the target's trailing dim)"
+    if tgt is not None and math.prod(inp) == math.prod(tgt):
+        return f"reshape the target to the prediction's shape: target.view({_view(inp)})"
+    return f"give the target the prediction's shape {_fmt(inp)} (one target per predicted value)"
+
+
+def _explain(ev: Event) -> tuple[str, list[str]]:
+    """The summary and the exact fix for one loss call's state."""
+    m = ev.metrics
+    lid = int(m.get("loss_id") if m.get("loss_id") is not None else -1)  # type: ignore[arg-type]
+    name = LOSS_NAMES[lid] if 0 <= lid < len(LOSS_NAMES) else "the loss"
+    call, inp, tgt = _call_name(name, m), _shape(m, "input") or (), _shape(m, "target")
+    lo, hi, classes = m.get("min"), m.get("max"), int(m.get("classes") or 0)
+    rng = f"[{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else "[0, 1]"
+    if ev.to == S.broadcast.value:
+        summary = (
+            f"{call} gets input {_fmt(inp)} and target {_fmt(tgt)}: they broadcast to {_fmt(_shape(m, 'broadcast'))}, "
+            "so every prediction is fitted to every target of the batch and the loss stalls at the targets' "
+            "variance (torch only warns)."
+        )
+        return summary, [_broadcast_fix(inp, tgt) + f" so that {call} compares like with like"]
+    if ev.to == S.probabilities_to_ce.value:
+        summary = (
+            f"{call} gets probabilities (values in {rng}, each row of {classes} classes summing to 1: a softmax "
+            "before it), but it applies log_softmax itself: the softmax twice squashes the gradient and the loss "
+            "stalls."
+        )
+        return summary, [
+            f"remove the softmax before {call} and pass the raw logits (apply softmax only to read predictions)",
+            "or, keeping the probabilities, use F.nll_loss(torch.log(probs.clamp_min(1e-12)), target)",
+        ]
+    if ev.to == S.probabilities_to_logits_loss.value:
+        summary = (
+            f"{call} gets values in {rng} (a sigmoid before it), but it applies the sigmoid itself: its input "
+            "is squashed twice, the gradient vanishes and the loss stalls."
+        )
+        return summary, [
+            f"remove the sigmoid before {call} and pass the raw logits (apply sigmoid only to read predictions)",
+            "or, keeping the sigmoid, use nn.BCELoss / F.binary_cross_entropy (less stable numerically)",
+        ]
+    dim = "dim=-1" if name in ("kl_div", "ctc_loss") else "dim=1"
+    if ev.to == S.logits_to_nll.value and name == "ctc_loss":
+        summary = (
+            f"{call} gets raw scores (values up to {hi:.3g} > 0), but it expects log-probabilities (log_softmax "
+            "over the classes, all <= 0): its gradient assumes each frame's probabilities sum to 1, so training "
+            "follows a wrong gradient and the loss does not measure the alignment."
+        )
+        return summary, [f"apply F.log_softmax(output, {dim}) before {call} (and transpose to (time, batch, classes))"]
+    if ev.to == S.logits_to_nll.value:
+        summary = (
+            f"{call} gets raw scores (values up to {hi:.3g} > 0), but it expects log-probabilities (all <= 0): "
+            "the loss falls without bound by growing the scores, and does not measure the fit."
+            if hi is not None
+            else f"{call} gets raw scores, but it expects log-probabilities (all <= 0)."
+        )
+        tips = [f"apply F.log_softmax(logits, {dim}) (nn.LogSoftmax({dim})) before {call}"]
+        if name == "nll_loss":
+            tips.append("or pass the raw logits to F.cross_entropy / nn.CrossEntropyLoss instead (it does both)")
+        return summary, tips
+    if ev.to == S.probabilities_to_nll.value:
+        summary = (
+            f"{call} gets probabilities (values in {rng}, rows summing to 1: a softmax), but it expects "
+            "log-probabilities: its gradient is bounded and skewed, and the loss stalls."
+        )
+        tips = [f"use F.log_softmax(logits, {dim}) instead of softmax before {call}"]
+        if name == "nll_loss":
+            tips.append("or pass the raw logits to F.cross_entropy / nn.CrossEntropyLoss instead")
+        return summary, tips
+    terms = int(m.get("terms") or 0)
+    summary = (
+        f"{call} sums {terms} terms (reduction='sum'): every gradient is {terms}x the mean's, which the "
+        "learning rate was tuned for, and the loss is unstable."
+    )
+    return summary, [
+        f"use reduction='mean' in {call}, or divide the learning rate by {terms}",
+    ]
+
+
+def _divided_later(ctx: Context, m: dict[str, Any]) -> bool:
+    """A class loss summed over `terms` terms whose loss series starts near one term's scale, ln(classes), not
+    near terms x ln(classes): the script divides the sum afterwards (Hugging Face models sum the token losses
+    and divide by the number of tokens in the batch), so its gradient is the mean's. Judged against the
+    geometric middle of the two, sqrt(terms) x ln(classes)."""
+    classes, terms = int(m.get("classes") or 0), int(m.get("terms") or 0)
+    if classes < 2 or terms < 2:
+        return False
+    starts = [e.metrics.get("start") for e in ctx.select(types=[EventType.optimizer_instability.value])]
+    starts += [e.metrics.get("first_loss") for e in ctx.select(types=[EventType.run_summary.value])]
+    start = next((float(v) for v in starts if isinstance(v, (int, float)) and math.isfinite(v)), None)
+    return start is not None and abs(start) < math.sqrt(terms) * math.log(classes)
+
+
+def loss_misuse(ctx: Context) -> Hypothesis | None:
+    evs = ctx.select(types=[EventType.loss_call_health.value], to=MISUSE, sites=[SITE])
+    unstable = ctx.select(types=[EventType.optimizer_instability.value], to=UNSTABLE) or ctx.select(
+        types=[EventType.gradient_health_transition.value], to=["exploding"]
+    )
+    if not unstable:  # a summed loss is fine at a suitably small learning rate
+        evs = [e for e in evs if e.to != S.sum_reduction.value]
+    evs = [e for e in evs if not (e.to == S.sum_reduction.value and _divided_later(ctx, e.metrics))]
+    if not evs:
+        return None
+    last: dict[float | None, str] = {}  # loss -> its last state
+    for e in ctx.select(types=[EventType.loss_call_health.value], sites=[SITE]):
+        last[e.metrics.get("loss_id")] = e.to
+    onset = min(e.step for e in evs)
+    first = min(evs, key=lambda e: (e.step, -CONFIDENCE[e.to]))
+    held = sum(last.get(e.metrics.get("loss_id")) == e.to for e in evs) / len(evs)
+    conf = CONFIDENCE[first.to] * (0.8 + 0.2 * held)  # a misuse that went away was still there
+    summary, tips = _explain(first)
+    others = {e.to for e in evs} - {first.to}
+    for other in sorted(others):
+        extra = min((e for e in evs if e.to == other), key=lambda e: e.step)
+        tips += _explain(extra)[1][:1]
+    h = _hyp(Kind.loss_misuse, conf, None, onset, summary, evs, tips, [SITE])
+    h.origin = Origin(module=None, step=onset, root=None)
+    return h
+
+
+FAMILY = Family("lossfn", LossCallObserver, (loss_misuse,))

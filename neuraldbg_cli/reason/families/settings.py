@@ -1,0 +1,144 @@
+"""Wrong training settings, with no Kind of their own: a learning rate or weight decay the weights show to be
+far too large. The reasoner names each in the hypotheses it produced (see reasoner.name_setting)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import chain
+from typing import Any
+
+from neuraldbg_cli.reason.families.advice import _lr_above_usual, lower_lr, lower_lr_fix
+from neuraldbg_cli.reason.families.base import Context, Event, _evidence, _number
+from neuraldbg_cli.reason.fixspec import fix
+from neuraldbg_cli.trace.events import EventType, Kind
+from neuraldbg_cli.vocab import decoupled_decay
+
+
+@dataclass
+class SettingCause:
+    """A training setting the weights show to be wrong. It has no Kind (the contract fixes the kinds): the
+    hypotheses it produced carry it. The first of them (by tier, then onset) states it in its summary and
+    ranks above the others; all of them get its fix as their first suggestion."""
+
+    setting: str  # "learning_rate" | "weight_decay"
+    onset: int  # the step its evidence began
+    statement: str  # "the learning rate is too large: ..."
+    fix: str
+    tiers: tuple[tuple[Kind, ...], ...]  # the kinds it produces, in the order they are chosen to name it
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    contradicts: str = "\0"  # suggestions containing this are dropped from what it produced (they point the other way)
+    ends: int | None = None  # the first step its evidence was seen to have ended at (None: it lasted)
+    fixes: list[dict[str, Any]] = field(default_factory=list)  # `fix` as data (fixspec), first in what it produced
+
+    @property
+    def effects(self) -> set[Kind]:
+        return set(chain.from_iterable(self.tiers))
+
+    def in_force(self, step: int, slack: int, late: int) -> bool:
+        """Whether it acted at `step`, the onset of an effect seen up to `late` steps after it began: a setting
+        acts from its evidence (seen up to `slack` late) for as long as that lasts (an early transient, such as
+        the first updates of a small output layer, explains nothing that began after it ended)."""
+        return self.onset <= step + slack and (self.ends is None or step - late < self.ends)
+
+
+def _ratio(e: Event) -> float | None:
+    m = e.metrics
+    value = next((m[k] for k in ("update_ratio", "ratio") if m.get(k) is not None), None)
+    return float(value) if value is not None else None
+
+
+def learning_rate_setting(ctx: Context) -> SettingCause | None:
+    """Updates far larger than the weights they change (update-to-weight ratio, healthy ~1e-3): the lr. The
+    loss-level symptom it produced (divergence, oscillation, explosion) names it first; else the units it
+    killed or saturated, or the NaN or plateau that followed."""
+    evs = ctx.select(types=[EventType.parameter_update.value], to=["oversized"])
+    if not evs:
+        return None
+    onset = min(e.step for e in evs)
+    decay = weight_decay_setting(ctx)
+    if decay is not None and onset + ctx.every >= decay.onset and not _lr_above_usual(ctx, onset):
+        # weights shrinking under the decay change by a large fraction of their (vanishing) size each step:
+        # that is the decay, which weight_decay_setting names first; an lr in its usual range is no cause
+        return None
+    ratios = [r for r in map(_ratio, evs) if r is not None]
+    size = f"{100 * max(ratios):.3g}% of their size" if ratios else "a large fraction of their size"
+    fix = next(iter(lower_lr(ctx, onset)), "lower the learning rate")
+    return SettingCause(
+        "learning_rate",
+        onset,
+        f"the learning rate is too large: each step changes the weights by {size} (healthy: about 0.1%)",
+        fix,
+        (
+            (Kind.loss_divergence, Kind.unstable_loss, Kind.exploding_gradient),
+            (
+                Kind.dead_activation,
+                Kind.saturated_activation,
+                Kind.non_finite,
+                Kind.loss_plateau,
+                Kind.no_gradient,
+                Kind.vanishing_gradient,
+                Kind.residual_imbalance,  # branches and logits thrown out of scale by the oversized steps
+                Kind.attention_collapse,
+            ),
+        ),
+        _evidence(evs, 3),
+        contradicts="raise the learning rate",
+        ends=_last_in_force(ctx, evs, "oversized"),
+        fixes=lower_lr_fix(ctx, onset),
+    )
+
+
+def _last_in_force(ctx: Context, evs: list[Event], state: str) -> int | None:
+    """The step by which every module had left `state` again (the last such transition); None while one
+    stayed in it to the end."""
+    left = {
+        (e.root, e.module): e.step for e in ctx.select(types=[EventType.parameter_update.value]) if e.from_ == state
+    }
+    last: dict[tuple, int] = {}
+    for e in evs:
+        last[(e.root, e.module)] = e.step
+    if any(key not in left or left[key] < step for key, step in last.items()):
+        return None
+    return max(left.values())
+
+
+def weight_decay_setting(ctx: Context) -> SettingCause | None:
+    """Weight norms shrinking toward 0 under a weight_decay large enough to do it (its per-step shrink
+    lr*wd, or wd itself for Adam's L2 term): the network's output flattens, so the loss stops moving and
+    the gradients fade or vanish."""
+    evs = ctx.select(types=[EventType.parameter_update.value], to=["collapsing"])
+    if not evs:
+        return None
+    th = ctx.thresholds
+    large = []
+    onset = min(e.step for e in evs)
+    for opt, g, in_force in ctx.group_lrs(onset):  # the lr in force as they collapsed (a warm-up starts at ~0)
+        wd = float(g["weight_decay"]) if _number(g.get("weight_decay")) else 0.0
+        lr = abs(in_force or 0.0)
+        if wd >= th.weight_decay_large or (wd > 0 and lr * wd >= th.weight_decay_shrink):
+            large.append((wd, opt))
+    if not large:
+        return None
+    wd, opt = max(large)
+    usual = "0.01-0.1" if decoupled_decay(opt) else "1e-5-5e-4"
+    text = f"lower weight_decay ({wd:g} with {opt}) to {usual}, the usual range for {opt}"
+    return SettingCause(
+        "weight_decay",
+        onset,
+        f"weight decay collapses the weights: weight_decay={wd:g} with {opt} shrinks them toward 0 from step {onset}",
+        text,
+        # a flat loss is what the user sees; then weights too small to pass a gradient on or
+        # to move; "no gradient" and dead units (a detach, a ReLU) are the least direct readings
+        (
+            (Kind.loss_plateau,),
+            (Kind.vanishing_gradient, Kind.unchanged_weights),
+            (Kind.no_gradient, Kind.dead_activation),
+        ),
+        _evidence(evs, 3),
+        fixes=[fix("weight_decay", text, value=0.01 if decoupled_decay(opt) else 1e-4)],
+        contradicts="raise the learning rate",  # a larger lr shrinks the weights faster (lr * weight_decay)
+    )
+
+
+SETTINGS: tuple[Callable[[Context], SettingCause | None], ...] = (learning_rate_setting, weight_decay_setting)

@@ -1,0 +1,179 @@
+"""Weights: on sampled steps, a module's weights are updating, unchanged (bit-identical although a gradient
+reached them), moved by oversized steps (the learning rate) or collapsing (the weight decay)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+
+from neuraldbg_cli.reason.families.advice import zero_lr
+from neuraldbg_cli.reason.families.base import (
+    Board,
+    Context,
+    Family,
+    Observer,
+    _first_by_module,
+    _hyp,
+    _names,
+    _origin_of,
+    _spread_confidence,
+    _still,
+    settled,
+)
+from neuraldbg_cli.trace.events import EventType, GradState, Hypothesis, Kind, StepRecord, UpdateState
+from neuraldbg_cli.vocab import usual_lr
+
+ETYPE, GRAD_HEALTHY = EventType.parameter_update.value, GradState.healthy.value
+# the states as plain strings (judged per layer per sampled step: an Enum's `.value` is a descriptor call)
+UPDATING, UNCHANGED, OVERSIZED, COLLAPSING = (
+    UpdateState.updating.value,
+    UpdateState.unchanged.value,
+    UpdateState.oversized.value,
+    UpdateState.collapsing.value,
+)
+
+
+class WeightObserver(Observer):
+    """Per module, on sampled steps: unchanged = a module that had a gradient at some step since the last
+    sample, yet whose weights are bit-identical to that sample's (the same checksum of every parameter);
+    comparing samples, not one optimizer step, also catches weights that something puts back after each
+    step; layers whose gradient vanished are left to the gradient classifier. Oversized = one step moves
+    the weights by a large fraction of their norm (the update-to-weight ratio, healthy around 1e-3), on
+    most of the model's matrix layers: the learning rate is too large. Collapsing = the weight norm fell
+    below a small fraction of its first sample and is still falling, on most matrix layers (e.g. a huge
+    weight_decay).
+
+    Still weights are only a fault when something should have moved them: a module whose optimizer has
+    stepped before but not since the last sample is resting by design (a GAN generator stepped once per
+    n_critic critic steps, a phase that trains other parts), not stuck. One that no optimizer holds, or whose
+    optimizer never stepped, is judged as before: that is the bug."""
+
+    def __init__(self, board: Board) -> None:
+        super().__init__(board)
+        self.last_weights: dict[tuple, tuple] = {}  # checksums at the last sample
+        self.weight_hist: dict[tuple, tuple[float, float]] = {}  # (root, module) -> (first, last) weight norm
+        # the owner collections of the optimizers stepped since the last sample / ever, by identity: a step
+        # costs one dict entry per optimizer; they are expanded to (root, module) pairs on sampled steps only
+        self.stepped_since: dict[int, Collection[tuple[str, str]]] = {}
+        self.ever_stepped: dict[int, Collection[tuple[str, str]]] = {}
+
+    def observe(self, rec: StepRecord) -> None:
+        for owners in rec.stepped:
+            self.stepped_since[id(owners)] = owners  # (held here, so the id stays this collection's)
+        if not rec.sampled:
+            return  # weights are read on sampled steps only
+        self.ever_stepped.update(self.stepped_since)
+        since = set().union(*self.stepped_since.values())
+        resting = set().union(*self.ever_stepped.values()) - since
+        self.stepped_since = {}
+        th = self.th
+        judged: dict[str, list[tuple]] = {}
+        for (root, name), gs in rec.grads.items():
+            if gs.weight_norm is None or (rec.active is not None and root not in rec.active):
+                continue
+            judged.setdefault(root, []).append((name, gs))
+        for root, items in judged.items():
+            model = self.board.models.get(root)
+            rows = []
+            for name, gs in items:
+                info = model.modules.get(name) if model else None
+                key = ("weights", root, name)
+                first, last = self.weight_hist.get((root, name), (gs.weight_norm, gs.weight_norm))
+                self.weight_hist[(root, name)] = (first, gs.weight_norm)
+                ratio = (
+                    gs.update_norm / gs.weight_norm
+                    if gs.update_norm is not None and gs.weight_norm > 0 and math.isfinite(gs.update_norm)
+                    else None
+                )
+                shrunk = first > 0 and gs.weight_norm < th.weight_collapse_frac * first
+                machine = self.board.machines.get(key)
+                keeps = machine is not None and COLLAPSING in (machine.state, machine.cand)
+                collapsing = shrunk and (gs.weight_norm < last or keeps)
+                if ratio is not None and gs.weight_norm < last:
+                    ratio_big = None  # a step that shrinks the weights is a decay, not an oversized lr step
+                else:
+                    ratio_big = ratio
+                rows.append((name, gs, info, key, ratio, ratio_big, collapsing, first))
+            matrix = [r for r in rows if r[2] is not None and r[2].weight_ndim2]
+            big = sum(1 for r in matrix if r[5] is not None and r[5] > th.update_oversized)
+            small = sum(1 for r in matrix if r[6])
+            oversized_model = bool(matrix) and big >= th.weights_majority * len(matrix)
+            collapsing_model = bool(matrix) and small >= th.weights_majority * len(matrix)
+            for name, gs, info, key, ratio, ratio_big, collapsing, first in rows:
+                prev = self.last_weights.get(key)
+                now = self.last_weights[key] = gs.checksum
+                grad = self.board.grad_since.pop((root, name), None)
+                gmachine = self.board.machines.get(("grad", root, name))
+                grad_ok = gmachine is None or (gmachine.state == GRAD_HEALTHY and gmachine.cand is None)
+                if prev is not None and now is not None and grad is not None and now == prev:
+                    if not grad_ok:
+                        continue  # a vanishing/absent gradient explains still weights better
+                    if (root, name) in resting and info is not None and info.in_optimizer:
+                        continue  # its optimizer did not step since the last sample: nothing was meant to move it
+                    state = UNCHANGED
+                elif collapsing_model and collapsing:
+                    state = COLLAPSING
+                elif oversized_model and ratio_big is not None and ratio_big > th.update_oversized:
+                    state = OVERSIZED
+                elif (prev is not None and now is not None and grad is not None) or ratio:
+                    state = UPDATING
+                else:
+                    continue  # nothing to compare, or nothing pushed it since
+                if settled(self.board.machines, key, state):
+                    continue  # nothing changes (most layers): no evidence to build
+                metrics = {
+                    "weight_norm": gs.weight_norm,
+                    "first_weight_norm": first,
+                    "weight_ratio": gs.weight_norm / first if first > 0 else None,
+                    "update_norm": gs.update_norm,
+                    "update_ratio": ratio,
+                    "grad_rms": grad,
+                    "layers_frac": (big if state == OVERSIZED else small) / len(matrix) if matrix else None,
+                    "in_optimizer": float(bool(info and info.in_optimizer)),
+                }
+                self.board.feed(
+                    key,
+                    UPDATING,
+                    state,
+                    rec.step,
+                    metrics,
+                    ETYPE,
+                    "weights",
+                    root,
+                    name,
+                )
+
+
+# ---------------------------------------------------------------- rule
+
+
+def unchanged_weights(ctx: Context) -> Hypothesis | None:
+    evs = ctx.select(types=[EventType.parameter_update.value], to=["unchanged"])
+    if not evs:
+        return None
+    first = _first_by_module(evs)
+    origin = _origin_of(ctx, list(first.values()))
+    names = _names(evs)
+    outside = [e.module for e in first.values() if e.module and not e.metrics.get("in_optimizer")]
+    hint = ctx.lr_hint()
+    tips = []
+    if not ctx.optimizers:
+        tips.append("no optimizer was created: build one and call optimizer.step() after loss.backward()")
+    elif hint and hint[1] == 0:
+        tips.append(zero_lr(hint[0], usual_lr(hint[0])))
+    if outside and ctx.optimizers:
+        tips.append(
+            f"{', '.join(outside[:4])} get gradients but are not in any optimizer: pass model.parameters() "
+            f"(all of them) to the optimizer, and build it after the model is final (after wrapping it with "
+            f"adapters such as peft's get_peft_model, replacing a head, or unfreezing layers)"
+        )
+    tips.append("make sure optimizer.step() is called every iteration (after loss.backward())")
+    summary = (
+        f"Weights never change: {', '.join(names[:4])}{'…' if len(names) > 4 else ''} stay bit-identical "
+        f"from step {origin.step} although they receive gradients."
+    )
+    conf = _spread_confidence(0.7, len(first), _still(ctx, evs, "unchanged"))
+    return _hyp(Kind.unchanged_weights, conf, origin, origin.step, summary, evs, tips, names)
+
+
+FAMILY = Family("weights", WeightObserver, (unchanged_weights,))

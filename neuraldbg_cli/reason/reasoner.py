@@ -1,0 +1,322 @@
+"""Pure and replayable: a run directory's events -> ranked hypotheses (the explain report).
+
+Rules propose one hypothesis per kind and SETTINGS the wrong settings they show; `rank` then orders them by
+one causal model (see its docstring). Imports no I/O module: the run is read by the caller (trace)."""
+
+from __future__ import annotations
+
+import copy
+import heapq
+from collections.abc import Callable, Iterable
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from neuraldbg_cli.config import Thresholds
+from neuraldbg_cli.reason import crossrank, fixspec
+from neuraldbg_cli.reason.families import RULES
+from neuraldbg_cli.reason.families.base import Context
+from neuraldbg_cli.reason.families.causes import CAUSES
+from neuraldbg_cli.reason.families.settings import SETTINGS, SettingCause
+from neuraldbg_cli.trace.events import EventType, Hypothesis, Kind, ModelSummary, Origin, Report
+
+if TYPE_CHECKING:  # types only: the reasoner must not import the trace reader (files, JSON)
+    from neuraldbg_cli.trace.job import JobData, RunData
+
+_LATE = 1 << 62  # an unknown onset sorts after every known one
+
+
+def build_context(run: RunData) -> Context:
+    settings = _dict(run.meta.get("settings"))
+    thresholds = _dict(settings.get("thresholds"))
+    try:  # the thresholds the run was observed with (defaults for fields it predates)
+        th = Thresholds.model_validate(thresholds)
+    except ValidationError:
+        th = Thresholds()
+    every, window = settings.get("every"), thresholds.get("loss_window")
+    models = _list(run.models.get("models"))
+    opts = _list(run.models.get("optimizers"))
+    return Context(
+        events=run.events,
+        models=[m for m in models if isinstance(m, dict)],
+        optimizers=[o for o in opts if isinstance(o, dict)],
+        every=_count(every, 10),
+        loss_window=_count(window, 10),
+        thresholds=th,
+    )
+
+
+def _dict(value: Any) -> dict[Any, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _count(value: object, default: int) -> int:
+    return value if type(value) is int and 0 < value < 1 << 31 else default
+
+
+def _onset(h: Hypothesis) -> int:
+    return h.origin.step or 0
+
+
+def _produced_by(setting: SettingCause, h: Hypothesis, slack: int) -> bool:
+    """A setting acts through the updates: it explains what began after step 0, while its evidence lasted
+    (within `slack`, the sampling interval that dates that evidence and most effects; a NaN is checked on
+    every step, so its onset is exact). A plateau is the exception: it is dated where the flat stretch began,
+    step 0 for a loss that never moved, yet what it says is that the updates from the first on did not lower
+    the loss, which is what a setting that acts through them does."""
+    late = 0 if h.kind == Kind.non_finite else slack
+    after_updates = _onset(h) > 0 or h.kind == Kind.loss_plateau
+    return h.kind in setting.effects and after_updates and setting.in_force(_onset(h), slack, late)
+
+
+def name_setting(
+    setting: SettingCause,
+    hyps: list[Hypothesis],
+    presence: float,
+    slack: int,
+    causes: Callable[[Hypothesis, Hypothesis], bool] = lambda a, b: False,
+) -> int | None:
+    """The hypothesis that states the setting: in the first of its tiers with a present one, the most upstream
+    (none of the others `causes` it), then the earliest. Its summary names the setting; every hypothesis the
+    setting produced gets its fix first. Returns its index, None when the setting produced none present."""
+    named = None
+    for tier in setting.tiers:
+        found = [
+            i
+            for i, h in enumerate(hyps)
+            if h.kind in tier and h.confidence >= presence and _produced_by(setting, h, slack)
+        ]
+        if found:
+            named = min(
+                found,
+                key=lambda i: (
+                    any(causes(hyps[j], hyps[i]) for j in found if j != i),
+                    _onset(hyps[i]),
+                    tier.index(hyps[i].kind),
+                ),
+            )
+            break
+    if named is None:
+        return None
+    for h in hyps:
+        if _produced_by(setting, h, slack):
+            h.suggestions = [setting.fix] + [
+                s for s in h.suggestions if s != setting.fix and setting.contradicts not in s
+            ]
+            ids = {f["id"] for f in setting.fixes}  # the setting's own fix replaces the rule's of the same id
+            h.fixes = [copy.deepcopy(f) for f in setting.fixes] + [f for f in h.fixes if f["id"] not in ids]
+    carrier = hyps[named]
+    carrier.summary = f"{setting.statement[0].upper()}{setting.statement[1:]}. {carrier.summary}"
+    carrier.evidence = setting.evidence + carrier.evidence
+    return named
+
+
+def rank(
+    hyps: list[Hypothesis],
+    slack: int,
+    loss_window: int = 0,
+    presence: float = 0.5,
+    settings: Iterable[SettingCause] = (),
+    position: Callable[[Origin], int] | None = None,
+) -> list[Hypothesis]:
+    """The causal model. B is a consequence of A when A is present (confidence >= `presence`), A's kind can
+    cause B's (the CAUSES table; and a wrong setting makes the hypothesis that names it a cause of the others it
+    produced) and A began no later than B (within `slack` steps, plus `loss_window` for a cause the table
+    dates late; a cause that needs training explains nothing present at step 0). Hypotheses are listed
+    causes before their consequences, then by confidence, then by onset and forward position; a consequence
+    names its first cause in `caused_by`, and its confidence (presence) is left as it is."""
+
+    def causes(cause: Hypothesis, effect: Hypothesis) -> bool:
+        """The table's link: present, a kind that can cause the other's, and no later (see above)."""
+        entry = CAUSES.get(cause.kind)
+        return (
+            entry is not None
+            and cause.confidence >= presence
+            and entry.can_cause(cause, effect)
+            and not (entry.needs_training and not effect.origin.step)
+            and _onset(cause) <= _onset(effect) + slack + (loss_window if entry.dated_late else 0)
+        )
+
+    links: list[tuple[int, int]] = []  # (cause, consequence) indexes, the preferred cause first
+    for setting in settings:
+        named = name_setting(setting, hyps, presence, slack, causes)
+        if named is not None:
+            links += [(named, j) for j, h in enumerate(hyps) if j != named and _produced_by(setting, h, slack)]
+    upstream = list(CAUSES)
+    for i in sorted(range(len(hyps)), key=lambda i: upstream.index(hyps[i].kind) if hyps[i].kind in CAUSES else 99):
+        links += [(i, j) for j, h in enumerate(hyps) if causes(hyps[i], h)]
+
+    parents: list[list[int]] = [[] for _ in hyps]
+    for i, j in links:
+        if i != j and i not in parents[j] and not _ancestor(j, i, parents):  # a link that closes a loop loses
+            parents[j].append(i)
+    for j, h in enumerate(hyps):
+        if parents[j] and h.caused_by is None:
+            h.caused_by = hyps[parents[j][0]].kind
+            h.summary += f" Likely a consequence of {h.caused_by.value}."
+
+    where = position or (lambda origin: 0)
+    key = [
+        (-h.confidence, h.origin.step if h.origin.step is not None else _LATE, where(h.origin), j)
+        for j, h in enumerate(hyps)
+    ]
+    waiting = [len(p) for p in parents]
+    ready = [key[j] for j in range(len(hyps)) if not waiting[j]]
+    heapq.heapify(ready)
+    ordered: list[Hypothesis] = []
+    while ready:
+        j = heapq.heappop(ready)[-1]
+        ordered.append(hyps[j])
+        for c in range(len(hyps)):
+            if j in parents[c]:
+                waiting[c] -= 1
+                if not waiting[c]:
+                    heapq.heappush(ready, key[c])
+    for i, h in enumerate(ordered, 1):
+        h.rank = i
+    return ordered
+
+
+def _ancestor(a: int, b: int, parents: list[list[int]]) -> bool:
+    """Whether `a` is `b` or one of its causes, through the links accepted so far."""
+    seen, todo = set(), [b]
+    while todo:
+        n = todo.pop()
+        if n == a:
+            return True
+        if n not in seen:
+            seen.add(n)
+            todo.extend(parents[n])
+    return False
+
+
+def steps_observed(run: RunData) -> int:
+    summary_type = EventType.run_summary.value  # looked up once: an Enum member's .value is slow per event
+    summary = [e for e in run.events if e.type == summary_type]
+    counts = [int(run.meta.get("steps_observed") or 0)]
+    if summary:
+        counts.append(int(summary[-1].metrics.get("steps") or 0))
+    if run.events:
+        counts.append(max(map(attrgetter("step"), run.events)) + 1 if len(run.events) > len(summary) else 0)
+    return min(max(counts), (1 << 63) - 1)  # a corrupt count must not break the JSON report
+
+
+def explain(run: RunData, min_confidence: float = 0.5) -> Report:
+    ctx = build_context(run)
+    hyps = [h for h in (rule(ctx) for rule in RULES) if h is not None]
+    settings = [s for s in (find(ctx) for find in SETTINGS) if s is not None]
+    hyps = rank(
+        hyps,
+        slack=ctx.every,
+        loss_window=ctx.loss_window,
+        presence=min_confidence,
+        settings=settings,
+        position=lambda o: ctx.position(o.root, o.module),
+    )
+    for h in hyps:
+        h.fixes = fixspec.annotate(h.fixes, h.kind.value, run.verify)
+    steps = steps_observed(run)
+    warnings = list(run.warnings)
+    state = run.meta.get("status")
+    if state == "running" or (run.meta and "exit_status" not in run.meta):
+        warnings.append(
+            "the run was cut short (killed before neuraldbg could record its end); "
+            "this explains what was observed up to then"
+        )
+    if steps == 0 and not hyps:
+        status = "no_training_observed"
+    elif any(h.confidence >= min_confidence for h in hyps):
+        status = "problems_found"
+    else:
+        status = "healthy"
+    models = [
+        ModelSummary(
+            name=str(m.get("name")), modules=int(m.get("n_modules") or 0), parameters=int(m.get("n_params") or 0)
+        )
+        for m in ctx.models
+    ]
+    run_info = {k: run.meta.get(k) for k in ("script", "exit_status", "status", "start", "end") if k in run.meta}
+    return Report(
+        run_dir=str(run.dir),
+        status=status,
+        steps_observed=steps,
+        models=models,
+        hypotheses=hyps,
+        warnings=warnings,
+        run=run_info,
+    )
+
+
+def explain_job(job: JobData, min_confidence: float = 0.5) -> Report:
+    """A single-process run, or a distributed job: each rank explained alone, their hypotheses merged (see
+    crossrank.merge), and the comparisons across ranks placed among them by onset."""
+    if not job.distributed:
+        return explain(job.runs[0], min_confidence)
+    reports = [(run.rank or 0, explain(run, min_confidence)) for run in job.runs]
+    th = build_context(job.runs[0]).thresholds
+    extra = [h for h in (crossrank.divergence(job.runs, th), crossrank.desync(job.runs, th)) if h is not None]
+    hyps = crossrank.place(
+        crossrank.merge([(r, rep.hypotheses) for r, rep in reports], min_confidence), extra, min_confidence
+    )
+    lead = reports[0][1]
+    warnings = list(job.warnings) + list(
+        dict.fromkeys(w if w.startswith("rank ") else f"rank {r}: {w}" for r, rep in reports for w in rep.warnings)
+    )
+    if any(h.confidence >= min_confidence for h in hyps):
+        status = "problems_found"
+    elif all(rep.status == "no_training_observed" for _, rep in reports):
+        status = "no_training_observed"
+    else:
+        status = "healthy"
+    meta = job.meta or job.runs[0].meta
+    ranks = {
+        str(run.rank): {
+            k: run.meta.get(k) for k in ("host", "exit_status", "status", "steps_observed") if k in run.meta
+        }
+        for run in job.runs
+    }
+    run_info: dict[str, Any] = {
+        k: meta.get(k) for k in ("script", "exit_status", "status", "start", "end") if k in meta
+    }
+    run_info.update(world_size=meta.get("world_size", len(job.runs)), ranks=ranks)
+    return Report(
+        run_dir=", ".join(map(str, job.dirs)),
+        status=status,
+        steps_observed=max(rep.steps_observed for _, rep in reports),
+        models=lead.models,
+        hypotheses=hyps,
+        warnings=warnings,
+        run=run_info,
+    )
+
+
+def failing_kinds(report: Report, fail_on: list[str], min_confidence: float) -> list[str]:
+    """Kinds named by --fail-on ('any' = all) that reach min_confidence in this report."""
+    wanted: set[str] | None = None if "any" in fail_on else set(fail_on)
+    return [
+        h.kind.value
+        for h in report.hypotheses
+        if h.confidence >= min_confidence and (wanted is None or h.kind.value in wanted)
+    ]
+
+
+def verdict_lines(report: Report, min_confidence: float, limit: int = 3) -> list[str]:
+    shown = [h for h in report.hypotheses if h.confidence >= min_confidence][:limit]
+    if not shown:
+        return [f"neuraldbg: {report.status.replace('_', ' ')} ({report.steps_observed} steps observed)"]
+    lines = [f"neuraldbg: {report.status.replace('_', ' ')} ({report.steps_observed} steps observed)"]
+    for h in shown:
+        where = f" at {h.origin.module}" if h.origin.module else ""
+        lines.append(f"  {h.rank}. {h.kind.value} ({h.confidence:.2f}){where}, step {h.origin.step}: {h.summary}")
+    return lines
+
+
+def kinds_checked(fail_on: list[str]) -> list[Kind]:
+    if not fail_on or "any" in fail_on:
+        return list(Kind)
+    return [Kind(k) for k in fail_on]

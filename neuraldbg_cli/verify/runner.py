@@ -1,0 +1,292 @@
+"""`neuraldbg verify RUN_DIR`: re-run the recorded command for N optimizer steps, once unchanged (the control)
+and once per fix the hypotheses list (or `--fix`), on each seed, and judge which fixes cure their hypothesis.
+The trials run one at a time (trialrun); the verdicts go to RUN_DIR/verify.json, which `explain` shows next
+to each fix."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from neuraldbg_cli.config import Thresholds
+from neuraldbg_cli.errors import NeuraldbgError
+from neuraldbg_cli.reason import fixspec
+from neuraldbg_cli.trace.events import Report
+from neuraldbg_cli.verify.trialrun import Command, Outcome, python_for, read_outcome, run_one
+
+SCHEMA = "neuraldbg.verify/1"
+VERIFY_FILE = "verify.json"
+TRIALS_DIR = "verify"
+STEPS_CAP = 300  # the default number of steps is never more than this
+START_S = 4.0  # a trial's start-up (python, torch, neuraldbg), for the time estimate
+
+
+@dataclass
+class Candidate:
+    """A fix to try against one hypothesis kind."""
+
+    kind: str
+    fix_id: str
+    params: dict[str, Any]
+    text: str
+    onset: int = 0
+
+    @property
+    def spec(self) -> str:
+        return fixspec.spec(self.fix_id, self.params)
+
+
+@dataclass
+class Plan:
+    run_dir: Path
+    cmd: Command
+    candidates: list[Candidate]
+    steps: int
+    seeds: list[int | None]
+    timeout: float
+    estimate_s: float
+    specs: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.specs = list(dict.fromkeys(c.spec for c in self.candidates))
+
+    def trial_dir(self, spec: str | None, seed: int | None) -> Path:
+        name = "control" if spec is None else spec.replace(":", "-").replace(",", "_")
+        return self.run_dir / TRIALS_DIR / (name if seed is None else f"{name}.seed{seed}")
+
+
+def load_command(run_dir: Path) -> tuple[Command, dict[str, Any], Report]:
+    """The recorded command, the run's meta.json and its explain report; NeuraldbgError on bad input."""
+    from neuraldbg_cli.reason import reasoner
+    from neuraldbg_cli.trace.job import read_job
+
+    job = read_job([run_dir])
+    meta = job.meta or job.runs[0].meta
+    if job.distributed or (isinstance(meta.get("world_size"), int) and meta["world_size"] > 1):
+        raise NeuraldbgError("neuraldbg: verify cannot re-run a distributed (torchrun) job yet")
+    argv, cwd, mode = meta.get("argv"), meta.get("cwd"), meta.get("mode", "script")
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv) or not isinstance(cwd, str):
+        raise NeuraldbgError(f"neuraldbg: {run_dir}/meta.json records no command to re-run (argv, cwd)")
+    if not Path(cwd).is_dir():
+        raise NeuraldbgError(f"neuraldbg: the run's working directory {cwd} is gone; nothing to re-run")
+    if mode != "module" and not (Path(cwd) / argv[0]).exists():
+        raise NeuraldbgError(f"neuraldbg: the script {argv[0]} is gone (moved or deleted since the run)")
+    settings: dict[str, Any] = _field(meta, "settings", dict, {})
+    env: dict[str, Any] = _field(meta, "env", dict, {})
+    cmd = Command(
+        argv=argv,
+        mode=str(mode),
+        cwd=cwd,
+        env={str(k): str(v) for k, v in env.items()},
+        python=python_for(meta.get("executable")),
+        every=_field(settings, "every", int, None),
+        thresholds=_field(settings, "thresholds", dict, {}),
+    )
+    return cmd, meta, reasoner.explain_job(job)
+
+
+def _field(doc: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any) -> Any:
+    value = doc.get(key)
+    return value if isinstance(value, kind) and not isinstance(value, bool) else default
+
+
+def candidates(report: Report, min_confidence: float, wanted: list[str]) -> list[Candidate]:
+    """The fixes of the hypotheses present; with `--fix`, only those ids (`ID`), or that exact change
+    (`ID:NAME=VALUE`) tried against every present kind that lists the id (else the top one)."""
+    present = [h for h in report.hypotheses if h.confidence >= min_confidence]
+    listed = [
+        Candidate(h.kind.value, f["id"], dict(f["params"]), f["text"], h.origin.step or 0)
+        for h in present
+        for f in h.fixes
+        if f.get("id") in fixspec.FIXES
+    ]
+    if not wanted:
+        return _unique(listed)
+    out: list[Candidate] = []
+    for text in wanted:
+        fix_id, params = fixspec.parse(text)
+        same = [c for c in listed if c.fix_id == fix_id]
+        if ":" not in text and same:
+            out += same
+            continue
+        kinds = list(dict.fromkeys((c.kind, c.onset) for c in same)) or [
+            (h.kind.value, h.origin.step or 0) for h in present[:1]
+        ]
+        made = fixspec.fix(fix_id, **params)
+        out += [Candidate(kind, fix_id, made["params"], made["text"], onset) for kind, onset in kinds]
+    return _unique(out)
+
+
+def _unique(cands: list[Candidate]) -> list[Candidate]:
+    seen: dict[tuple[str, str], Candidate] = {}
+    for c in cands:
+        seen.setdefault((c.kind, c.spec), c)
+    return list(seen.values())
+
+
+# kind -> (threshold, multiple): the losses a loss state needs before the monitor recognises it; its onset is
+# dated back to the start of that stretch, so a trial must run past onset + that many steps to show it
+RECOGNISED_AFTER = {"loss_plateau": ("plateau_min_losses", 1), "unstable_loss": ("loss_window", 2)}
+
+
+def default_steps(cands: list[Candidate], thresholds: dict[str, Any]) -> int:
+    """Past the latest point a symptom can be recognised, with margin: 1.5 × (onset + the losses its state needs
+    first) + 20, at most STEPS_CAP. `thresholds`: those the run was observed with."""
+    return min(STEPS_CAP, max(int(1.5 * (c.onset + _recognised_after(c.kind, thresholds))) + 20 for c in cands))
+
+
+def _recognised_after(kind: str, thresholds: dict[str, Any]) -> int:
+    name, times = RECOGNISED_AFTER.get(kind, ("", 0))
+    if not name:
+        return 0
+    value = thresholds.get(name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        value = Thresholds.model_fields[name].default
+    return times * int(value)
+
+
+def make_plan(
+    run_dir: Path, steps: int | None, seeds: int | None, wanted: list[str], timeout: float | None, min_conf: float
+) -> Plan | str:
+    """The trials to run, or why there is nothing to verify (a sentence)."""
+    if steps is not None and steps < 1:
+        raise NeuraldbgError("neuraldbg: --steps must be at least 1")
+    if seeds is not None and not 1 <= seeds <= 100:
+        raise NeuraldbgError("neuraldbg: --seeds must be between 1 and 100")
+    cmd, meta, report = load_command(run_dir)
+    cands = candidates(report, min_conf, wanted)
+    if not any(h.confidence >= min_conf for h in report.hypotheses):
+        return f"nothing to verify: {run_dir} shows no problem at confidence >= {min_conf:g}"
+    if not cands:
+        return "nothing to verify: no problem found has a fix neuraldbg can apply from outside the script"
+    n = steps or default_steps(cands, cmd.thresholds)
+    wall: float = _field(meta, "wall_s", (int, float), 10.0)
+    observed: int = _field(meta, "steps_observed", int, 0)
+    per_trial = START_S + float(wall) * min(1.0, n / max(1, observed))
+    seed_list: list[int | None] = [None] if seeds is None else list(range(1, seeds + 1))
+    limit = timeout if timeout is not None else max(120.0, 10 * per_trial)
+    return Plan(Path(run_dir).absolute(), cmd, cands, n, seed_list, limit, per_trial)
+
+
+def execute(plan: Plan, min_conf: float, say: Any = print) -> tuple[dict[str, Any], bool]:
+    """Run the control and every fix on every seed, one at a time; (verify.json's document, interrupted)."""
+    shutil.rmtree(plan.run_dir / TRIALS_DIR, ignore_errors=True)
+    runs = [(spec, seed) for seed in plan.seeds for spec in [None, *plan.specs]]
+    say(
+        f"neuraldbg verify: {len(runs)} trials (control + {len(plan.specs)} fix(es), {len(plan.seeds)} seed(s)) "
+        f"of {plan.steps} steps each, about {plan.estimate_s * len(runs):.0f} s"
+    )
+    done: dict[tuple[str | None, int | None], Outcome] = {}
+    interrupted = False
+    for i, (spec, seed) in enumerate(runs, 1):
+        out = Outcome(spec or "control", seed, plan.trial_dir(spec, seed))
+        try:
+            run_one(plan.cmd, out, spec, plan.steps, plan.timeout)
+            done[(spec, seed)] = read_outcome(out, min_conf)
+            say(f"  [{i}/{len(runs)}] {progress_line(out)}")
+        except KeyboardInterrupt:  # the trial's process group is gone (run_one kills it on the way out)
+            interrupted = True
+            done.pop((spec, seed), None)
+            say(f"  [{i}/{len(runs)}] {out.name}: interrupted; verify stops with the results so far")
+            break
+    fixes = [judge(c, plan, done, min_conf) for c in plan.candidates]
+    fixes.sort(key=lambda f: {"verified": 0, "not_verified": 1}.get(f["status"], 2))
+    control = {"runs": [done[(None, s)].doc() for s in plan.seeds if (None, s) in done]}
+    doc = {"schema": SCHEMA, "steps": plan.steps, "seeds": len(plan.seeds), "control": control, "fixes": fixes}
+    if interrupted:
+        doc["interrupted"] = True
+    return doc, interrupted
+
+
+def progress_line(out: Outcome) -> str:
+    seed = "" if out.seed is None else f" (seed {out.seed})"
+    if out.state != "ok":
+        return f"{out.name}{seed}: {out.state}: {out.error} ({out.wall_s:.1f} s)"
+    kinds = ", ".join(out.kinds) or "no problem"
+    return f"{out.name}{seed}: {out.steps} steps, loss {_fmt(out.loss)}, {kinds} ({out.wall_s:.1f} s)"
+
+
+def _fmt(x: float | None) -> str:
+    return "NaN/Inf" if x is None or not math.isfinite(x) else f"{x:.4g}"
+
+
+def _worse(trial: float, control: float) -> bool:
+    """The trial's last loss worse than the control's (2% slack; a non-finite loss is the worst)."""
+    if not math.isfinite(trial):
+        return True
+    return math.isfinite(control) and trial > control + 0.02 * abs(control) + 1e-6
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs and all(map(math.isfinite, xs)) else None
+
+
+def judge(c: Candidate, plan: Plan, done: dict[tuple[str | None, int | None], Outcome], min_conf: float) -> dict:
+    """verified: on every seed the control shows the kind and the trial does not, at no worse a loss;
+    inconclusive: a control without the symptom, a trial that crashed or whose fix did not apply."""
+    entry: dict[str, Any] = {"kind": c.kind, "id": c.fix_id, "params": c.params, "text": c.text}
+    wins, losses, steps, why = 0, [], [], ""
+    inconclusive = ""
+    for seed in plan.seeds:
+        on = "" if seed is None else f" on seed {seed}"
+        ctl, tri = done.get((None, seed)), done.get((c.spec, seed))
+        if ctl is None or tri is None:
+            inconclusive = "not run (verify was interrupted)"
+        elif ctl.state != "ok":
+            inconclusive = f"the control {ctl.state}{on}: {ctl.error}"
+        elif c.kind not in ctl.kinds:
+            inconclusive = f"the control did not show {c.kind} within {ctl.steps} steps{on}"
+        elif tri.state != "ok":
+            inconclusive = f"the trial {tri.state}{on}: {tri.error}"
+        elif tri.fix.get("error"):
+            inconclusive = f"the fix failed{on}: {tri.fix['error']}"
+        elif not tri.fix.get("applied"):
+            inconclusive = f"not applicable{on}: {tri.fix.get('skipped') or 'not applied'}"
+        if inconclusive:
+            break
+        assert ctl is not None and tri is not None
+        losses.append((tri.loss, ctl.loss))
+        steps.append(tri.steps)
+        if c.kind in tri.kinds:
+            why = why or f"{c.kind} still present{on} (confidence {tri.kinds[c.kind]:.2f})"
+        elif _worse(tri.loss, ctl.loss):
+            why = why or f"the loss is worse{on}: {_fmt(tri.loss)} vs {_fmt(ctl.loss)}"
+        else:
+            wins += 1
+    trial_loss, control_loss = _mean([t for t, _ in losses]), _mean([k for _, k in losses])
+    n = len(plan.seeds)
+    numbers = f"{wins}/{n} seeds: loss {_fmt(trial_loss)} vs {_fmt(control_loss)} at step {min(steps, default=0)}"
+    if inconclusive:
+        status, reason = "inconclusive", inconclusive
+    elif wins == n:
+        status, reason = "verified", numbers
+    else:
+        status, reason = "not_verified", f"{why}; {numbers}"
+    entry.update(status=status, wins=wins, seeds=n, metric={"control": control_loss, "trial": trial_loss})
+    entry["reason"] = reason
+    return entry
+
+
+def write(run_dir: Path, doc: dict[str, Any]) -> Path:
+    path = Path(run_dir) / VERIFY_FILE
+    tmp = path.with_name(f".{VERIFY_FILE}.tmp")
+    tmp.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    tmp.replace(path)
+    return path
+
+
+def summary_lines(doc: dict[str, Any]) -> list[str]:
+    return [
+        f"  {fixspec.MARKS[f['status']]:<15} {fixspec.spec(f['id'], f['params'])} for {f['kind']}: {f['reason']}"
+        for f in doc["fixes"]
+    ]
+
+
+def stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

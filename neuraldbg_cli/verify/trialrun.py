@@ -1,0 +1,187 @@
+"""`verify`'s trials as processes: each one `python -m neuraldbg_cli run --quiet --run-dir TRIAL ...` with the
+recorded command, cwd and environment, in its own process group (a timeout or Ctrl-C kills the whole group,
+and so does the end of the trial: nothing it started is left running), and what it showed read back from its
+run directory."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from neuraldbg_cli.reason.fixspec import ENV_FIX, ENV_GUARD, ENV_MAX_STEPS, ENV_SEED, TRIAL_FILE
+
+OUTPUT = "output.log"  # the trial's stdout and stderr, in its run directory
+KILL_GRACE_S = 5.0
+# loggers that would write to a shared account or server: off in trials (their local files are redirected anyway)
+QUIET_LOGGERS = {"WANDB_MODE": "disabled", "WANDB_DISABLED": "true", "NEPTUNE_MODE": "debug"}
+
+
+@dataclass
+class Command:
+    """What `run` recorded: how to start the script again."""
+
+    argv: list[str]
+    mode: str
+    cwd: str
+    env: dict[str, str]
+    python: str
+    every: int | None = None
+    thresholds: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    """One trial: `state` ok | crashed | timeout | interrupted | error."""
+
+    name: str
+    seed: int | None
+    dir: Path
+    state: str = "ok"
+    exit_status: int | None = None
+    steps: int = 0
+    loss: float = math.nan  # the last step's loss (NaN: non-finite or none)
+    kinds: dict[str, float] = field(default_factory=dict)  # kind -> confidence, at least --min-confidence
+    fix: dict[str, Any] = field(default_factory=dict)  # trial.json's "fix": applied, skipped
+    error: str = ""
+    wall_s: float = 0.0
+
+    def doc(self) -> dict[str, Any]:
+        out = {
+            "seed": self.seed,
+            "dir": str(self.dir),
+            "state": self.state,
+            "exit_status": self.exit_status,
+            "steps": self.steps,
+            "loss": self.loss if math.isfinite(self.loss) else None,
+            "kinds": self.kinds,
+            "wall_s": round(self.wall_s, 2),
+        }
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+def trial_env(cmd: Command, home: Path, fix: str | None, seed: int | None, steps: int) -> dict[str, str]:
+    """The recorded environment over verify's own (neuraldbg's variables dropped from both), the loggers off,
+    no bytecode written next to the user's modules, and the trial's own variables."""
+    env = {k: v for k, v in {**os.environ, **cmd.env}.items() if not k.startswith("NEURALDBG_")}
+    env.update(QUIET_LOGGERS, PYTHONDONTWRITEBYTECODE="1", MLFLOW_TRACKING_URI=(home / "mlruns").as_uri())
+    env.update({ENV_MAX_STEPS: str(steps), ENV_GUARD: "1"})
+    if fix:
+        env[ENV_FIX] = fix
+    if seed is not None:
+        env[ENV_SEED] = str(seed)
+    if cmd.every is not None:
+        env["NEURALDBG_EVERY"] = str(cmd.every)
+    if cmd.thresholds:
+        env["NEURALDBG_THRESHOLDS"] = ",".join(f"{k}={v}" for k, v in cmd.thresholds.items())
+    return env
+
+
+def start(cmd: Command, out: Outcome, fix: str | None, steps: int) -> subprocess.Popen[bytes]:
+    out.dir.mkdir(parents=True, exist_ok=True)
+    argv = [cmd.python, "-m", "neuraldbg_cli", "run", "--quiet", "--run-dir", str(out.dir)]
+    argv += ["-m", *cmd.argv] if cmd.mode == "module" else cmd.argv
+    with open(out.dir / OUTPUT, "wb") as log:
+        return subprocess.Popen(
+            argv,
+            cwd=cmd.cwd,
+            env=trial_env(cmd, out.dir, fix, out.seed, steps),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: killed whole
+        )
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the trial's process group (the script's finally blocks run), SIGKILL after a grace period
+    to whatever is left of it, the trial's own children included."""
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        if wait is not None:
+            try:
+                proc.wait(wait)
+            except subprocess.TimeoutExpired:
+                pass
+    proc.wait()
+
+
+def run_one(cmd: Command, out: Outcome, fix: str | None, steps: int, timeout: float) -> Outcome:
+    """Run one trial to its end (or its timeout); KeyboardInterrupt kills it and propagates."""
+    t0 = time.monotonic()
+    try:
+        proc = start(cmd, out, fix, steps)
+    except OSError as e:
+        out.state, out.error = "error", f"cannot start the trial: {e.strerror or e}"
+        return out
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        out.state, out.error = "timeout", f"timed out after {timeout:g} s"
+    except KeyboardInterrupt:
+        out.state, out.error = "interrupted", "interrupted (Ctrl-C)"
+        raise
+    finally:
+        kill_group(proc)  # also what the script left running behind it
+        out.wall_s = time.monotonic() - t0
+        out.exit_status = proc.returncode
+    return out
+
+
+def read_outcome(out: Outcome, min_confidence: float) -> Outcome:
+    """What the trial showed: its hypotheses at min_confidence, steps, last loss, what its fix did."""
+    from neuraldbg_cli.errors import NeuraldbgError
+    from neuraldbg_cli.reason import reasoner
+    from neuraldbg_cli.trace.job import read_job, read_stats
+
+    try:
+        run = read_job([out.dir]).runs[0]
+    except NeuraldbgError as e:
+        out.state, out.error = out.state if out.state != "ok" else "error", out.error or str(e)
+        return out
+    report = reasoner.explain(run, min_confidence)
+    out.kinds = {h.kind.value: h.confidence for h in report.hypotheses if h.confidence >= min_confidence}
+    out.steps = report.steps_observed
+    losses = [r["loss"] for r in read_stats(out.dir) if "loss" in r]
+    if losses:
+        out.loss = float(losses[-1]) if isinstance(losses[-1], (int, float)) else math.nan
+    out.fix = _trial_doc(out.dir).get("fix") or {}
+    if out.state == "ok" and run.meta.get("status") not in ("finished", "stopped"):
+        out.state, out.error = "crashed", f"exit status {run.meta.get('exit_status')}: {_last_error(out.dir)}"
+    return out
+
+
+def _trial_doc(run_dir: Path) -> dict[str, Any]:
+    try:
+        doc = orjson.loads((run_dir / TRIAL_FILE).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _last_error(run_dir: Path) -> str:
+    """The last line the script printed that is not neuraldbg's (usually the exception)."""
+    try:
+        lines = (run_dir / OUTPUT).read_text(errors="replace").splitlines()
+    except OSError:
+        return "no output"
+    mine = ("neuraldbg:", "  ")
+    return next((ln.strip() for ln in reversed(lines) if ln.strip() and not ln.startswith(mine)), "no output")[:200]
+
+
+def python_for(recorded: Any) -> str:
+    """The interpreter the run used, if it is still there; else this one."""
+    return recorded if isinstance(recorded, str) and os.path.exists(recorded) else sys.executable
