@@ -17,7 +17,7 @@ from neuraldbg_cli.probe.records import Steps
 from neuraldbg_cli.probe.roots import Root, first_float
 
 if TYPE_CHECKING:
-    from neuraldbg_cli.probe.observer import _Thread
+    from neuraldbg_cli.probe.forwardthread import ForwardThread
 
 
 class ArchReader:
@@ -54,7 +54,7 @@ class ArchReader:
         if found is not None:
             buf.extend("loss_call", name, *found)
 
-    def claim_attention(self, st: _Thread, module: torch.nn.Module) -> None:
+    def claim_attention(self, st: ForwardThread, module: torch.nn.Module) -> None:
         """The module whose forward made the pending attention call ends: the values are its (first per step)."""
         depth, values, lay = st.attn  # type: ignore[misc]
         if depth < st.depth:  # a module called after the attention (an output projection) ends first

@@ -1,10 +1,7 @@
-"""Forward passes: which root model a top-level call trains (rootfinder), what is data (a model's first
-argument, a loss's target: see provenance), and per layer the statistics of its output and of the
-activation after it.
-
-Unsampled steps keep a 0-d sum per output where a NaN could be made (a NaN/Inf anywhere makes it
-non-finite, so a NaN is never missed); sampled steps add full statistics (tensorstats.full) of the first
-call of each site. Forward passes with gradients disabled (validation, inference) are not observed.
+"""Forward passes, dispatched: which root model a top-level call trains (rootfinder), which call is a loss,
+an attention call or another model's, and which layer an output belongs to; the tensors go to the readers
+(layerreader: layer statistics and data; archreader: what layers are). Forward passes with gradients disabled
+(validation, inference) are not observed.
 
 DataParallel runs its replicas' forwards in worker threads, so the nesting depth, the current root and the
 previous output belong to a thread. A thread whose call begins, gradients on, while another thread's call
@@ -22,16 +19,14 @@ from torch.nn.modules import module as _module
 from torch.nn.modules.loss import _Loss
 
 from neuraldbg_cli.probe import attnprobe, lossprobe
-from neuraldbg_cli.probe import tensorstats as ts
 from neuraldbg_cli.probe.archreader import ArchReader
+from neuraldbg_cli.probe.forwardthread import ForwardThread
 from neuraldbg_cli.probe.guard import Guard, compiling
-from neuraldbg_cli.probe.provenance import Outputs, Sites, first_tensor, from_outside, loss_target
+from neuraldbg_cli.probe.layerreader import LayerReader
+from neuraldbg_cli.probe.provenance import Outputs, first_tensor, from_outside, loss_target
 from neuraldbg_cli.probe.records import Steps
 from neuraldbg_cli.probe.rootfinder import RootFinder
-from neuraldbg_cli.probe.roots import OTHER, PARAMS, SAFE, Root, first_float
-from neuraldbg_cli.probe.tensorstats import CHEAP_ONLY, DEAD, EXACT, SAT
 
-_STRIDED = torch.strided
 # torch's global module hook dicts (what `_has_any_global_hook` reads)
 _GLOBAL_MODULE_HOOKS = (
     "_global_forward_pre_hooks",
@@ -39,20 +34,6 @@ _GLOBAL_MODULE_HOOKS = (
     "_global_backward_pre_hooks",
     "_global_backward_hooks",
 )
-
-
-class _Thread:
-    """One thread's place in the forward pass."""
-
-    __slots__ = ("depth", "base", "root", "layer", "out", "attn")
-
-    def __init__(self) -> None:
-        self.depth = 0  # module calls under way in this thread
-        self.base = 0  # 1 in a thread that joined another thread's call (its calls end there), else 0
-        self.root: Root | None = None  # the trained root whose forward this is
-        self.layer: str | None = None  # the last layer with parameters seen: an activation is attributed to it
-        self.out: torch.Tensor | None = None  # the last output seen
-        self.attn: tuple | None = None  # sampled steps: (depth, values, layout) of an attention call to attribute
 
 
 class ForwardObserver:
@@ -71,18 +52,20 @@ class ForwardObserver:
         self._arch = ArchReader(steps, guard, models_changed)  # what layers are: norms, losses, attention, blocks
         self._off = guard.off  # (the same set: read at every module call)
         self._outputs = Outputs()  # storages of recent model outputs: never data (see provenance)
-        self._made_step = -1  # the last step in which a model ran that this forward does not train (_other_output)
-        self._sites = Sites()  # the call site that gives each data site its statistics (see provenance)
+        self._layers = LayerReader(steps, self._arch, self._outputs)
+        # bound once: the forward hook calls them at every module call
+        self._observe_output, self._observe_container = self._layers.observe_output, self._layers.observe_container
+        self._observe_target, self._observe_data = self._layers.observe_target, self._layers.observe_data
         self.losses_on = False  # install() to removal: `from torch.nn.functional import mse_loss` keeps our wrapper
         self._local = threading.local()
-        self._holder: _Thread | None = None  # the first thread whose top-level call is under way
+        self._holder: ForwardThread | None = None  # the first thread whose top-level call is under way
 
-    def _thread(self) -> _Thread:
+    def _thread(self) -> ForwardThread:
         """This thread's state (the hooks inline the lookup: they run at every module call)."""
         try:
             return self._local.state
         except AttributeError:
-            st = self._local.state = _Thread()
+            st = self._local.state = ForwardThread()
             return st
 
     # ---- hooks ----
@@ -246,97 +229,7 @@ class ForwardObserver:
             return
         if next(module.parameters(), None) is not None:
             self._outputs.add(output)
-            self._made_step = self._steps.step
+            self._layers.made_step = self._steps.step
         elif isinstance(output, torch.Tensor) and output.dim() == 0 and output.requires_grad:
             if not isinstance(module, _Loss) and self._training():
                 self._observe_target(loss_target(args, {}))
-
-    # ---- data ----
-
-    def _observe_target(self, t: torch.Tensor | None) -> None:
-        """A loss's target, when it is data (a teacher's prediction or a mask is not). Nor is a target computed
-        in a step in which a model ran outside training (under no_grad, or frozen): a DQN's r + gamma * max
-        Q_target(s'), a critic's bootstrapped return, a teacher's sharpened output are made from that output
-        by arithmetic, in storage of their own, and move as the model learns, by design."""
-        if self._made_step == self._steps.step:
-            return
-        if t is not None and t.is_floating_point() and t.numel() > 0 and from_outside(t, self._outputs):
-            self._observe_data(("", "", "target"), t)
-
-    def _observe_data(self, key: tuple, x: torch.Tensor) -> None:
-        steps = self._steps
-        if steps.buf.sampled and self._sites.canonical(key, steps.step):
-            self._add_once(key, x, EXACT)
-        else:
-            steps.buf.watch(key, x)
-
-    # ---- layers ----
-
-    def _observe_output(
-        self, st: _Thread, root: Root, module: torch.nn.Module, entry: tuple, args: tuple, output: Any
-    ) -> None:
-        """Activations are attributed to the layer they follow (the last module with parameters), so a
-        shared `self.act` or a functional F.relu (after a Dropout too) still points at the layer whose units are
-        dead."""
-        name, flags, kind, out_key = entry
-        buf = self._steps.buf
-        layer, prev_out = st.layer, st.out
-        # the tensor entering a layer: a functional activation's output (not for a normalisation layer: what
-        # enters it is the residual stream, not an activation; not for a module with children, the root model
-        # included: its hook runs after them, on its own inputs)
-        if kind == PARAMS and buf.sampled and layer is not None and not flags & CHEAP_ONLY:
-            x = first_float(args) if next(iter(module.children()), None) is None else None
-            if x is not None and x is not prev_out and x.numel() > 0:  # its units: where this layer reads them
-                axis = ts.unit_axis_flags(type(module).__name__)
-                self._add_once((root.name, layer, "activation"), x, DEAD | SAT | axis)
-        if isinstance(output, torch.Tensor):  # (first_float's usual case inline: every module, every step)
-            t = output if output.is_floating_point() and output.layout is _STRIDED else None
-        else:
-            t = first_float(output)
-        act = flags & (DEAD | SAT)  # an activation function
-        if t is not None and t.numel() > 0 and (act or t is not prev_out):  # in-place activations: same tensor
-            key = (root.name, layer, "activation") if act and layer is not None else out_key
-            if (kind == PARAMS and not flags & CHEAP_ONLY) or (act and buf.sampled):
-                if buf.sampled:  # an activation's units lie where the layer it follows puts them
-                    axis = ts.unit_axis_flags(getattr(root.modules.get(layer), "type", None)) if act and layer else 0
-                    self._add_once(key, t, flags | axis)
-                else:  # (what _add_once does between samples, without the calls: every module, every step)
-                    buf.watch(key, t)
-            elif kind == OTHER or prev_out is None or first_float(args) is not prev_out:
-                buf.watch(key, t)  # no statistics of its own, but a NaN made here is seen here
-            # else: finite-preserving and fed the output just checked, so no NaN can start here. Also a
-            # normalisation layer: its weights turn NaN through a gradient (checked every step) or a broken
-            # optimizer update, which then shows at the next layer's check
-        if flags & CHEAP_ONLY and buf.sampled:
-            self._arch.norm(root, name, module, args)
-        if kind == PARAMS and buf.sampled and next(iter(module.children()), None) is not None:
-            self._arch.block(root, name, module, args, output)  # a block with parameters of its own (ReZero)
-        # activations keep the layer's name, and so do modules that pass its units on (Dropout, pooling, Flatten,
-        # Identity: finite-preserving), so an F.relu after a Dropout still names the layer whose units are dead
-        st.layer = name if kind == PARAMS or not (act or kind == SAFE) else layer
-        st.out = t
-        if name not in root._ordered:  # the order layers first ran in, for the trace
-            root._ordered.add(name)
-            root.order.append(name)
-
-    def _observe_container(
-        self, st: _Thread, root: Root, name: str, module: torch.nn.Module, args: tuple, output: Any
-    ) -> None:
-        if self._steps.buf.sampled:
-            self._arch.block(root, name, module, args, output)
-        t = first_float(output)
-        if t is not None and t is not st.out and t.numel() > 0:  # a Sequential just passes its last output
-            self._steps.buf.watch((root.name, name, "output"), t)
-        if name not in root._ordered:
-            root._ordered.add(name)
-            root.order.append(name)
-
-    def _add_once(self, key: tuple, x: torch.Tensor, flags: int) -> None:
-        """Full statistics for the first call of a site per sampled step; the cheap check otherwise."""
-        buf = self._steps.buf
-        if buf.sampled and key not in buf.seen and not flags & CHEAP_ONLY:
-            buf.seen.add(key)
-            values, lay = ts.full(x, flags)
-            buf.add_full(key, values, lay, x)
-        else:
-            buf.watch(key, x)

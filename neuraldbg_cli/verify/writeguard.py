@@ -5,12 +5,9 @@ copied there first), and later reads of that path follow it, so a script that wr
 back still works. Deleting, renaming or replacing a user's file leaves it in place (a rename copies it to the
 redirected destination). New files in the temporary directory are allowed (libraries' scratch files).
 
-Redirection patches functions where they are looked up; code that bound one before the guard existed (Python
-3.10's pathlib binds io.open and os.unlink into a class at import; `from os import replace` in a library) would
-slip past it. A Python audit hook is the backstop: the interpreter raises an audit event for every open, remove,
-rename, truncate, utime, chmod and link, however the function was reached, and a write there to a user's path
-that was not redirected is refused with PermissionError (the trial then crashes and is called inconclusive,
-the file is unchanged).
+Redirection patches functions where they are looked up; code that bound one before the guard existed (a
+library's `from os import replace`) would slip past it: backstop.py refuses such writes. Python 3.10's pathlib
+binds io.open and os.unlink into a class at import: that class is patched too.
 
 Not covered (documented in README): native code that opens files itself (safetensors, h5py, C++ writers other
 than torch.save's), writes through a directory file descriptor (dir_fd), and processes the script starts."""
@@ -28,27 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from neuraldbg_cli.probe.hookset import HookSet
+from neuraldbg_cli.verify import backstop
 
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _SYSTEM = ("/dev/", "/proc/")
 _LINK = getattr(os, "link", None)
-# audit events (CPython's audit table) through which a file's content, name or times change:
-# event -> (positions of the paths it changes, positions of its dir_fd arguments); "open" is read apart
-_AUDITED: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
-    "open": ((0,), ()),
-    "os.remove": ((0,), (1,)),
-    "os.rmdir": ((0,), (1,)),
-    "os.rename": ((0, 1), (2, 3)),
-    "os.link": ((1,), (2, 3)),
-    "os.symlink": ((1,), (2,)),
-    "os.truncate": ((0,), ()),
-    "os.utime": ((0,), (3,)),
-    "os.chmod": ((0,), (2,)),
-    "os.chown": ((0,), (3,)),
-    "os.setxattr": ((0,), ()),
-    "os.removexattr": ((0,), ()),
-    "shutil.rmtree": ((0,), (1,)),
-}
 
 
 class WriteGuard:
@@ -64,7 +44,7 @@ class WriteGuard:
 
     # ---- where a path goes
 
-    def _allowed(self, real: str) -> bool:
+    def allowed(self, real: str) -> bool:
         return real == self.home or real.startswith((self.home + os.sep, *_SYSTEM))
 
     def path(self, file: Any, write: bool, keep: bool = False) -> Any:
@@ -77,7 +57,7 @@ class WriteGuard:
         if not write:
             return file
         real = os.path.realpath(p)
-        if self._allowed(real):
+        if self.allowed(real):
             return file
         if real.startswith(self.tmp + os.sep) and (p in self.created or not os.path.lexists(p)):
             self.created.add(p)
@@ -90,9 +70,19 @@ class WriteGuard:
         self.moved[p] = dest
         return dest
 
+    def refuses(self, file: Any) -> bool:
+        """A write at `file` itself (not at its redirect) would change something of the user's."""
+        if isinstance(file, int) or not isinstance(file, (str, bytes, os.PathLike)):
+            return False
+        p = os.path.abspath(os.fsdecode(file))
+        real = os.path.realpath(p)
+        if self.allowed(real):
+            return False
+        return not (real.startswith(self.tmp + os.sep) and (p in self.created or not os.path.lexists(p)))
+
     def _mine(self, p: str) -> bool:
         """Whether the script may delete or move `p`: the trial's own file, a redirect, a temp file it made."""
-        return p in self.moved or p in self.created or self._allowed(os.path.realpath(p))
+        return p in self.moved or p in self.created or self.allowed(os.path.realpath(p))
 
     # ---- the patched functions
 
@@ -108,7 +98,7 @@ class WriteGuard:
         def os_open_(path: Any, flags: int, *args: Any, **kwargs: Any) -> Any:
             if kwargs.get("dir_fd") is not None:
                 return os_open(path, flags, *args, **kwargs)
-            write = bool(flags & _WRITE_FLAGS)
+            write = bool(flags & backstop.WRITE_FLAGS)
             keep = not (flags & os.O_TRUNC and flags & os.O_CREAT)  # without O_CREAT the file must be there
             return os_open(guard.path(path, write, keep=keep), flags, *args, **kwargs)
 
@@ -136,7 +126,7 @@ class WriteGuard:
 
         def rmtree_(path: Any, *args: Any, **kwargs: Any) -> None:
             p = os.path.abspath(os.fsdecode(path))
-            if guard._allowed(os.path.realpath(p)) or p in guard.moved:
+            if guard.allowed(os.path.realpath(p)) or p in guard.moved:
                 return rmtree(guard.moved.get(p, path), *args, **kwargs)
             guard.kept.append(p)
 
@@ -170,7 +160,7 @@ class WriteGuard:
                 if name in accessor.__dict__ and not callable(getattr(accessor.__dict__[name], "__get__", None)):
                     hooks.patch(accessor, name, staticmethod(fn))
         self._torch(hooks)
-        self._backstop(hooks)
+        backstop.install(self.refuses, self.refused, hooks)
 
     def _follow(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def follow(path: Any, *args: Any, **kwargs: Any) -> Any:
@@ -216,44 +206,6 @@ class WriteGuard:
             return original(self.path(src, False), target, *args, **kwargs)
 
         return new_name
-
-    def _backstop(self, hooks: HookSet) -> None:
-        """Refuse, through an audit hook, any write to a user's path that reached the OS without a redirect.
-        Audit hooks cannot be removed: the hook is switched off with the others."""
-        import sys
-
-        guard, active = self, [True]
-
-        def audit(event: str, args: tuple[Any, ...]) -> None:
-            if event not in _AUDITED or not active[0]:
-                return
-            if event == "open":
-                path, mode, flags = args
-                if not (any(c in (mode or "") for c in "wax+") or (flags or 0) & _WRITE_FLAGS):
-                    return
-                paths: tuple[Any, ...] = (path,)
-            else:
-                where, dir_fds = _AUDITED[event]
-                if any(args[i] not in (None, -1) for i in dir_fds if i < len(args)):
-                    return  # relative to a directory descriptor: cannot be judged (not covered, README)
-                paths = tuple(args[i] for i in where)
-            for p in paths:
-                if guard._refused(p):
-                    guard.refused.append(os.path.abspath(os.fsdecode(p)))
-                    raise PermissionError(13, "neuraldbg verify: a trial may not change the user's file", p)
-
-        sys.addaudithook(audit)
-        hooks.on_remove(lambda: active.__setitem__(0, False))
-
-    def _refused(self, file: Any) -> bool:
-        """A write at `file` itself (not at its redirect) would change something of the user's."""
-        if isinstance(file, int) or not isinstance(file, (str, bytes, os.PathLike)):
-            return False
-        p = os.path.abspath(os.fsdecode(file))
-        real = os.path.realpath(p)
-        if self._allowed(real):
-            return False
-        return not (real.startswith(self.tmp + os.sep) and (p in self.created or not os.path.lexists(p)))
 
     def _torch(self, hooks: HookSet) -> None:
         """torch.save writes a path from C++: redirected before it gets there."""
