@@ -1,4 +1,5 @@
-"""The loss model: one loss series judged as a noisy process (see LossSeries). Pure, no torch."""
+"""The loss model: one loss series judged as a noisy process (see LossSeries), in three parts: its running
+statistics (LossStatistics), the oscillation test (OscillationTest) and the states. Pure, no torch."""
 
 from __future__ import annotations
 
@@ -54,8 +55,10 @@ def _mad(s: list[float]) -> float:
     return (_kth_deviation(s, mid, h - 1) + _kth_deviation(s, mid, h)) / 2
 
 
-class LossSeries:
-    """One loss series judged as a noisy process (statistical process control, not step counts).
+class LossStatistics:
+    """The running statistics of one loss series, which the tests (LossSeries, OscillationTest) read. Apart from
+    them: they are kept on every loss whatever is judged, each updated as values come and go (sorted copies),
+    not recomputed over its window, and must equal what recomputing gives (tests/test_loss_model.py).
 
     Positive losses are judged on log(loss), where a factor is a distance and the noise is relative; a
     series that ever goes <= 0 is judged on raw values (factors then measured against the loss's scale).
@@ -70,6 +73,7 @@ class LossSeries:
     _noise: float | None
     prev_y: float | None
     learned: int | None
+    _start: float  # set by LossSeries.observe: min(first loss, median of the first few), raw
 
     def __init__(self, th: Thresholds) -> None:
         self.th = th
@@ -80,10 +84,6 @@ class LossSeries:
         self.first_step = 0
         self.n = 0
         self.last: float | None = None
-        self.alone = True  # never reported in the same step as another series (a GAN's G and D: a game)
-        self.fall_from: int | None = None  # first step of the latest stretch below the mirror of its start
-        self.chance: float | None = None  # ln(classes) of the class loss that made this series (the loss observer)
-        self._extra: dict[str, Any] | None = None  # the latest judgement's own metrics (see metrics)
         self._restart()
 
     def _restart(self) -> None:
@@ -190,132 +190,20 @@ class LossSeries:
             return _median_sorted(sorted(self.late_old + self.late_new))  # two sorted runs: a merge
         return statistics.median(self.late)
 
-    def add(self, step: int, loss: float) -> tuple[str, int, dict[str, Any]]:
-        """A finite loss: returns (state, onset step, metrics)."""
-        state, onset = self.observe(step, loss)
-        return state, onset, self.metrics()
-
-    def observe(self, step: int, loss: float) -> tuple[str, int]:
-        """A finite loss: returns (state, onset step); `metrics` says why, until the next loss."""
-        if self.n == 0:
-            self.first_step = step
-        self.n += 1
-        self.last = loss
-        if len(self.first) < self.th.loss_level_window:
-            self.first.append(loss)
-            self._start = min(self.first[0], statistics.median(self.first))
-        if loss < 0:
-            self.negative = True
-        if loss <= 0 and not self.raw:
-            self.raw = True
-            self._restart()
-        if loss < self._start - 2 * abs(self._start):
-            self.fall_from = step if self.fall_from is None else self.fall_from
-        else:
-            self.fall_from = None
-        self._update(step, loss)
-        return self._judge(step)
-
-    def _falls_without_bound(self) -> float | None:
-        """How many times its start's size a loss fell below zero, when that is orders of magnitude
-        (diverge_fall_factor): a loss that keeps falling has no lower bound (a sign error, e.g. a KL term
-        subtracted; a loss that rewards unbounded outputs), and is diverging downwards. Why: divergence is
-        usually growth, but |loss| growing with a negative sign is the same runaway; a positive loss (NLL,
-        MSE, BCE) can never go below 0 at all. Dated where it fell below the mirror image of its start
-        (start - 2|start|: -start for a positive loss). Only for a series trained alone: a game's payoff (a
-        WGAN critic's) can run negative by design."""
-        if not self.alone or self.fall_from is None or self.last is None or not self.first:
-            return None
-        scale = max(abs(self._start), 1e-12)
-        level = self._x(self.level)
-        if level is None or level >= 0 or -level < self.th.diverge_fall_factor * scale:
-            return None
-        return -level / scale
-
     def start(self) -> float:
         """The loss at initialisation, unless the first few are lower (a blow-up right away must not make
         everything after it look like progress)."""
         return self._y(self._start)
 
-    def improved(self, noise: float | None) -> bool:
-        """The loss learned since the start, meaningfully and significantly: the median of its latest k values
-        is plateau_improvement below the start level, by more than plateau_sigma standard errors (medians of
-        m1 and m2 values of noise s differ by s*sqrt(pi/2*(1/m1+1/m2)) by chance). Once true it stays true: a
-        loss that learned and rose again is judged by the divergence test, not as a plateau."""
-        if self._improved or self.n < 2:
-            return self._improved
-        k = max(1, min(self.th.plateau_min_losses, self.n // 2))
-        late = self._late_median() if k >= len(self.late) else statistics.median(list(self.late)[-k:])
-        gain = self.start() - late
-        se = (noise or 0.0) * math.sqrt(math.pi / 2 * (1 / len(self.first) + 1 / k))
-        self._improved = gain > max(-self._factor(1 - self.th.plateau_improvement), self.th.plateau_sigma * se)
-        return self._improved
 
-    def metrics(self) -> dict[str, Any]:
-        """The evidence of the latest judgement (built only when it is reported: most steps change nothing)."""
-        noise = self._noise
-        metrics: dict[str, Any] = {
-            "loss": self.last,
-            "start": self._x(self.start()),
-            "best": self._x(self.best),
-            "recent": self._x(self.level),
-            "noise": max(noise or 0.0, self.best_noise or 0.0) if noise is not None else None,
-        }
-        if self._extra:
-            metrics.update(self._extra)
-            if "improvement" in self._extra:
-                metrics["improvement"] = 1 - math.exp(self._late_median() - self.start())
-        return metrics
+class OscillationTest(LossStatistics):
+    """The oscillation test, with what it alone reads: the chance level of a class loss (a model worse than
+    guessing) and the change point that dates a swing. Apart from the other states' tests because it measures
+    the raw history's window (swings against the loss's size and its start), not the judged level."""
 
-    def _judge(self, step: int) -> tuple[str, int]:
-        th = self.th
-        start, level, noise = self.start(), self.level, self._noise
-        ref_noise = max(noise or 0.0, self.best_noise or 0.0)
-        self._extra = None
-        # diverging: the level rose a factor above its best, beyond what the series' own noise explains;
-        # before the noise is known, only a rise by the early factor (10x) counts
-        rise = level - self.best
-        # a game's payoff (GAN, actor-critic: models trained against each other in the same steps) rises
-        # as the other side improves: only a rise by the early factor is divergence there
-        if noise is None or not self.alone:
-            need = max(self._factor(th.diverge_early_factor), th.loss_diverge_sigma * ref_noise)
-        else:
-            need = max(self._factor(th.diverge_factor), th.loss_diverge_sigma * ref_noise)
-        if rise > need:
-            self._extra = {"rise_factor": math.exp(rise) if not self.raw else None}
-            return DIVERGING, self.rise_from if self.rise_from is not None else step
-        fall = self._falls_without_bound()
-        if fall is not None and self.fall_from is not None:
-            self._extra = {"fall_factor": fall}
-            return DIVERGING, self.fall_from
-        osc = self._oscillating(start)
-        if osc is not None:
-            self._extra = osc[1]
-            return OSCILLATING, osc[0]
-        if self.plateau(noise):
-            self._extra = {"improvement": None}  # filled in by metrics: only a reported plateau reads it
-            return PLATEAU, max(self.first_step, step - th.plateau_min_losses + 1)
-        return NORMAL, step
-
-    def plateau(self, noise: float | None) -> bool:
-        """Long enough, never improved beyond its noise since the start, not falling now, and far above its noise (a
-        loss at its noise floor from the start is a converged model being fine-tuned, not a stuck one).
-        Only for a positive series trained alone: the losses of models trained against each other (GAN,
-        actor-critic) are a game's payoffs, not expected to fall, and a loss that can be negative has no floor
-        to be judged against."""
-        if self.raw or not self.alone or self.n < self.th.plateau_min_losses or noise is None:
-            return False
-        if self.improved(noise) or noise / self._unit() >= self.th.plateau_max_noise:
-            return False
-        # still falling: the latest half of the window significantly below its earlier half (slow learning)
-        h = len(self.late) // 2
-        se = noise * math.sqrt(math.pi / 2 * 2 / max(1, h))
-        if len(self.late) == self.late.maxlen:  # its halves are kept sorted
-            earlier, later = _median_sorted(self.late_old), _median_sorted(self.late_new)
-        else:
-            late = list(self.late)
-            earlier, later = statistics.median(late[:h]), statistics.median(late[h:])
-        return earlier - later <= self.th.plateau_sigma * se
+    def __init__(self, th: Thresholds) -> None:
+        super().__init__(th)
+        self.chance: float | None = None  # ln(classes) of the class loss that made this series (the loss observer)
 
     def _oscillating(self, start_y: float) -> tuple[int, dict[str, Any]] | None:
         """Large swings relative to the loss level over the latest 2 windows, with frequent sign changes,
@@ -397,6 +285,140 @@ class LossSeries:
                     return step
         # the series' very first loss alone swings nowhere: its first change is to the second loss
         return steps[1][0] if steps[0][0] == self.first_step and len(steps) > 1 else steps[0][0]
+
+
+class LossSeries(OscillationTest):
+    """One loss series judged as a noisy process (statistical process control, not step counts): each finite
+    loss updates its statistics (LossStatistics), then is judged diverging (a rise beyond its noise, or a fall
+    without bound), oscillating (OscillationTest), on a plateau, or normal; `metrics` says why."""
+
+    def __init__(self, th: Thresholds) -> None:
+        super().__init__(th)
+        self.alone = True  # never reported in the same step as another series (a GAN's G and D: a game)
+        self.fall_from: int | None = None  # first step of the latest stretch below the mirror of its start
+        self._extra: dict[str, Any] | None = None  # the latest judgement's own metrics (see metrics)
+
+    def add(self, step: int, loss: float) -> tuple[str, int, dict[str, Any]]:
+        """A finite loss: returns (state, onset step, metrics)."""
+        state, onset = self.observe(step, loss)
+        return state, onset, self.metrics()
+
+    def observe(self, step: int, loss: float) -> tuple[str, int]:
+        """A finite loss: returns (state, onset step); `metrics` says why, until the next loss."""
+        if self.n == 0:
+            self.first_step = step
+        self.n += 1
+        self.last = loss
+        if len(self.first) < self.th.loss_level_window:
+            self.first.append(loss)
+            self._start = min(self.first[0], statistics.median(self.first))
+        if loss < 0:
+            self.negative = True
+        if loss <= 0 and not self.raw:
+            self.raw = True
+            self._restart()
+        if loss < self._start - 2 * abs(self._start):
+            self.fall_from = step if self.fall_from is None else self.fall_from
+        else:
+            self.fall_from = None
+        self._update(step, loss)
+        return self._judge(step)
+
+    def _falls_without_bound(self) -> float | None:
+        """How many times its start's size a loss fell below zero, when that is orders of magnitude
+        (diverge_fall_factor): a loss that keeps falling has no lower bound (a sign error, e.g. a KL term
+        subtracted; a loss that rewards unbounded outputs), and is diverging downwards. Why: divergence is
+        usually growth, but |loss| growing with a negative sign is the same runaway; a positive loss (NLL,
+        MSE, BCE) can never go below 0 at all. Dated where it fell below the mirror image of its start
+        (start - 2|start|: -start for a positive loss). Only for a series trained alone: a game's payoff (a
+        WGAN critic's) can run negative by design."""
+        if not self.alone or self.fall_from is None or self.last is None or not self.first:
+            return None
+        scale = max(abs(self._start), 1e-12)
+        level = self._x(self.level)
+        if level is None or level >= 0 or -level < self.th.diverge_fall_factor * scale:
+            return None
+        return -level / scale
+
+    def improved(self, noise: float | None) -> bool:
+        """The loss learned since the start, meaningfully and significantly: the median of its latest k values
+        is plateau_improvement below the start level, by more than plateau_sigma standard errors (medians of
+        m1 and m2 values of noise s differ by s*sqrt(pi/2*(1/m1+1/m2)) by chance). Once true it stays true: a
+        loss that learned and rose again is judged by the divergence test, not as a plateau."""
+        if self._improved or self.n < 2:
+            return self._improved
+        k = max(1, min(self.th.plateau_min_losses, self.n // 2))
+        late = self._late_median() if k >= len(self.late) else statistics.median(list(self.late)[-k:])
+        gain = self.start() - late
+        se = (noise or 0.0) * math.sqrt(math.pi / 2 * (1 / len(self.first) + 1 / k))
+        self._improved = gain > max(-self._factor(1 - self.th.plateau_improvement), self.th.plateau_sigma * se)
+        return self._improved
+
+    def metrics(self) -> dict[str, Any]:
+        """The evidence of the latest judgement (built only when it is reported: most steps change nothing)."""
+        noise = self._noise
+        metrics: dict[str, Any] = {
+            "loss": self.last,
+            "start": self._x(self.start()),
+            "best": self._x(self.best),
+            "recent": self._x(self.level),
+            "noise": max(noise or 0.0, self.best_noise or 0.0) if noise is not None else None,
+        }
+        if self._extra:
+            metrics.update(self._extra)
+            if "improvement" in self._extra:
+                metrics["improvement"] = 1 - math.exp(self._late_median() - self.start())
+        return metrics
+
+    def _judge(self, step: int) -> tuple[str, int]:
+        th = self.th
+        start, level, noise = self.start(), self.level, self._noise
+        ref_noise = max(noise or 0.0, self.best_noise or 0.0)
+        self._extra = None
+        # diverging: the level rose a factor above its best, beyond what the series' own noise explains;
+        # before the noise is known, only a rise by the early factor (10x) counts
+        rise = level - self.best
+        # a game's payoff (GAN, actor-critic: models trained against each other in the same steps) rises
+        # as the other side improves: only a rise by the early factor is divergence there
+        if noise is None or not self.alone:
+            need = max(self._factor(th.diverge_early_factor), th.loss_diverge_sigma * ref_noise)
+        else:
+            need = max(self._factor(th.diverge_factor), th.loss_diverge_sigma * ref_noise)
+        if rise > need:
+            self._extra = {"rise_factor": math.exp(rise) if not self.raw else None}
+            return DIVERGING, self.rise_from if self.rise_from is not None else step
+        fall = self._falls_without_bound()
+        if fall is not None and self.fall_from is not None:
+            self._extra = {"fall_factor": fall}
+            return DIVERGING, self.fall_from
+        osc = self._oscillating(start)
+        if osc is not None:
+            self._extra = osc[1]
+            return OSCILLATING, osc[0]
+        if self.plateau(noise):
+            self._extra = {"improvement": None}  # filled in by metrics: only a reported plateau reads it
+            return PLATEAU, max(self.first_step, step - th.plateau_min_losses + 1)
+        return NORMAL, step
+
+    def plateau(self, noise: float | None) -> bool:
+        """Long enough, never improved beyond its noise since the start, not falling now, and far above its noise (a
+        loss at its noise floor from the start is a converged model being fine-tuned, not a stuck one).
+        Only for a positive series trained alone: the losses of models trained against each other (GAN,
+        actor-critic) are a game's payoffs, not expected to fall, and a loss that can be negative has no floor
+        to be judged against."""
+        if self.raw or not self.alone or self.n < self.th.plateau_min_losses or noise is None:
+            return False
+        if self.improved(noise) or noise / self._unit() >= self.th.plateau_max_noise:
+            return False
+        # still falling: the latest half of the window significantly below its earlier half (slow learning)
+        h = len(self.late) // 2
+        se = noise * math.sqrt(math.pi / 2 * 2 / max(1, h))
+        if len(self.late) == self.late.maxlen:  # its halves are kept sorted
+            earlier, later = _median_sorted(self.late_old), _median_sorted(self.late_new)
+        else:
+            late = list(self.late)
+            earlier, later = statistics.median(late[:h]), statistics.median(late[h:])
+        return earlier - later <= self.th.plateau_sigma * se
 
     def earliest_onset(self, step: int, diverged: bool) -> int:
         """The earliest step a later state of this series could be dated at (diverged: already confirmed,
