@@ -3,8 +3,9 @@
 A refactoring of the probe side must not change what neuraldbg records. This runs each script of the suite
 once with a baseline tree and once with another tree, exactly as a user would
 (`python -m neuraldbg_cli run --run-dir D SCRIPT`, PYTHONPATH = the tree, OMP_NUM_THREADS=1, cwd = a fresh
-temporary directory), and compares events.jsonl, stats.jsonl and model.json byte for byte. meta.json is
-skipped: it holds wall times. The exit statuses must match too.
+temporary directory), and compares events.jsonl, stats.jsonl and model.json byte for byte, and what
+`explain` prints of each (text and JSON, run by the same tree). meta.json is skipped: it holds wall times. The exit
+statuses must match too.
 
     git worktree add /tmp/probe-base HEAD                                # the baseline, read-only
     OMP_NUM_THREADS=1 .venv/bin/python scripts/trace_identity.py         # scripts/scenarios, this tree vs it
@@ -15,6 +16,7 @@ directories are then kept and their location printed)."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
-COMPARED = ("events.jsonl", "stats.jsonl", "model.json")
+COMPARED = ("events.jsonl", "stats.jsonl", "model.json", "../explain.text", "../explain.json")
 TIMEOUT_S = 600  # one scenario's run; the suite's take seconds
 
 
@@ -43,6 +45,16 @@ def run_scenario(python: str, tree: Path, script: Path, work: Path) -> Run:
         env.pop(name, None)
     proc = subprocess.run([python, "-m", "neuraldbg_cli", "run", "--run-dir", "D", str(script)], cwd=cwd, env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=TIMEOUT_S)
+    for fmt in ("text", "json"):  # the verdict as the same tree gives it
+        shown = subprocess.run([python, "-m", "neuraldbg_cli", "explain", "D", "--format", fmt], cwd=cwd, env=env,
+                               capture_output=True, text=True, timeout=TIMEOUT_S)
+        out = shown.stdout
+        if fmt == "json" and shown.returncode == 0:  # the run's wall times differ by nature
+            doc = json.loads(out)
+            for key in ("start", "end"):
+                doc.get("run", {}).pop(key, None)
+            out = json.dumps(doc, indent=1)
+        (cwd / f"explain.{fmt}").write_text(f"{out}\n[exit {shown.returncode}] {shown.stderr}")
     return Run(proc.returncode, cwd / "D", proc.stderr[-2000:])
 
 
