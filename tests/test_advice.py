@@ -12,7 +12,7 @@ import pytest
 from conftest import cli_env, run_cli
 
 from neuraldbg_cli.reason.families import RULES
-from neuraldbg_cli.reason.families.base import Context
+from neuraldbg_cli.reason.families.context import Context
 from neuraldbg_cli.reason.families.settings import SETTINGS
 from neuraldbg_cli.reason.reasoner import failing_kinds, rank
 from neuraldbg_cli.trace.events import Kind, SemanticEvent

@@ -10,12 +10,15 @@ import pytest
 import neuraldbg_cli.reason.families as families
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.reason.families import FAMILIES, RULES, rules_of
-from neuraldbg_cli.reason.families.base import Context, Family, Observer, _hyp
+from neuraldbg_cli.reason.families.base import Family, Observer
+from neuraldbg_cli.reason.families.context import Context
+from neuraldbg_cli.reason.families.evidence import _hyp
 from neuraldbg_cli.reason.monitor import Monitor
 from neuraldbg_cli.trace.events import CROSS_RANK_KINDS, EventType, Kind, SemanticEvent, StepRecord
 
 TH = Thresholds()
-SHARED = {"base", "advice", "settings", "causes", "loss_model"}  # what families share: no FAMILY of their own
+SHARED = {"base", "context", "evidence", "advice", "settings", "causes", "loss_model", "gradient_observer"}
+# what families share, or one family's part apart from its rules (loss_model, gradient_observer): no FAMILY of their own
 
 
 def test_every_kind_has_one_rule_in_one_family():

@@ -3,7 +3,7 @@ far above it: in a U-Net the bottleneck's gradient is tiny while the first convo
 skip concatenations (the input is not starved), whereas a gradient vanishing toward the input leaves every
 earlier layer smaller still."""
 from neuraldbg_cli.config import Thresholds
-from neuraldbg_cli.reason.families.gradients import GradientObserver, classify_gradient
+from neuraldbg_cli.reason.families.gradient_observer import GradientObserver, classify_gradient
 from neuraldbg_cli.reason.monitor import Monitor
 from neuraldbg_cli.trace.events import ModelInfo, ModuleInfo
 

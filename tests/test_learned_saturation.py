@@ -5,7 +5,7 @@ Also through the observer: a late saturation's event carries the loss level when
 level at the end."""
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.reason.families.activations import saturated_activation
-from neuraldbg_cli.reason.families.base import Context
+from neuraldbg_cli.reason.families.context import Context
 from neuraldbg_cli.reason.monitor import Monitor
 from neuraldbg_cli.trace.events import ActStats, EventType, SemanticEvent, StepRecord
 

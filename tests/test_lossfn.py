@@ -4,7 +4,8 @@ import pytest
 
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.reason.families import lossfn
-from neuraldbg_cli.reason.families.base import Context, Machine, _rounded
+from neuraldbg_cli.reason.families.base import Machine, _rounded
+from neuraldbg_cli.reason.families.context import Context
 from neuraldbg_cli.reason.families.lossfn import classify_loss_call
 from neuraldbg_cli.trace.events import EventType, Kind, LossCallStats, SemanticEvent, StepRecord
 

@@ -5,7 +5,7 @@ from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.reason.families.activations import classify_activation
 from neuraldbg_cli.reason.families.base import Machine
 from neuraldbg_cli.reason.families.data import classify_data
-from neuraldbg_cli.reason.families.gradients import classify_gradient
+from neuraldbg_cli.reason.families.gradient_observer import classify_gradient
 from neuraldbg_cli.reason.families.loss_model import LossSeries
 from neuraldbg_cli.reason.monitor import Monitor
 from neuraldbg_cli.trace.events import ActStats, GradStats, ModelInfo, ModuleInfo, StepRecord

@@ -1,7 +1,7 @@
 """A NaN/Inf born in the loss (finite outputs, e.g. an impossible CTC alignment) and the BatchNorm running
 statistics it poisons after the update: hand-made events through the rules and the ranking."""
 from neuraldbg_cli.reason.families import RULES
-from neuraldbg_cli.reason.families.base import Context
+from neuraldbg_cli.reason.families.context import Context
 from neuraldbg_cli.reason.reasoner import rank
 from neuraldbg_cli.trace.events import Kind, SemanticEvent
 

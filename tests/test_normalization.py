@@ -7,7 +7,7 @@ import math
 import pytest
 
 from neuraldbg_cli.config import Thresholds
-from neuraldbg_cli.reason.families.base import Context
+from neuraldbg_cli.reason.families.context import Context
 from neuraldbg_cli.reason.families.normalization import classify_gain, classify_norm, drift_level, normalization_fault
 from neuraldbg_cli.reason.monitor import Monitor
 from neuraldbg_cli.reason.reasoner import rank

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from neuraldbg_cli.config import KNOWN_KINDS, Thresholds
 from neuraldbg_cli.probe import attnprobe, residprobe
 from neuraldbg_cli.reason.families.attention import attention_collapse, classify_attn
-from neuraldbg_cli.reason.families.base import Context
+from neuraldbg_cli.reason.families.context import Context
 from neuraldbg_cli.reason.families.residual import classify_block, classify_stream, residual_imbalance
 from neuraldbg_cli.trace.events import AttnStats, Kind, SemanticEvent
 

@@ -1,7 +1,7 @@
 """Rules on hand-made events: every Kind has one rule; causes rank above consequences."""
 from neuraldbg_cli.reason import crossrank
 from neuraldbg_cli.reason.families import RULES
-from neuraldbg_cli.reason.families.base import Context
+from neuraldbg_cli.reason.families.context import Context
 from neuraldbg_cli.reason.reasoner import rank
 from neuraldbg_cli.trace.events import CROSS_RANK_KINDS, Kind, SemanticEvent
 

@@ -16,8 +16,8 @@ from pydantic import ValidationError
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.reason import crossrank, fixspec
 from neuraldbg_cli.reason.families import RULES
-from neuraldbg_cli.reason.families.base import Context
 from neuraldbg_cli.reason.families.causes import CAUSES
+from neuraldbg_cli.reason.families.context import Context
 from neuraldbg_cli.reason.families.settings import SETTINGS, SettingCause
 from neuraldbg_cli.trace.events import EventType, Hypothesis, Kind, ModelSummary, Origin, Report
 

@@ -3,9 +3,10 @@ StepRecord (its Observer), its rules (one per Kind) and their suggestions.
 
 `FAMILIES` is the registry: the Monitor runs their observers on every StepRecord, in this order; the reasoner
 runs `RULES`, theirs, in the contract's Kind order. What families share is in base.py (the Machine, the
-Context a rule reads, the helpers that build a Hypothesis), advice.py (learning-rate advice), settings.py
-(wrong settings with no Kind of their own) and causes.py (the causal table). docs/adding-a-kind.md says how
-a new family is added. Pure: no torch, no I/O module."""
+family protocol), context.py (the Context a rule reads), evidence.py (the helpers that build a Hypothesis),
+advice.py (learning-rate advice), settings.py (wrong settings with no Kind of their own) and causes.py (the
+causal table); a large family keeps part of its observe side apart (loss_model.py, gradient_observer.py).
+docs/adding-a-kind.md says how a new family is added. Pure: no torch, no I/O module."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from neuraldbg_cli.reason.families import (
     residual,
     weights,
 )
-from neuraldbg_cli.reason.families.base import Family, Rule
+from neuraldbg_cli.reason.families.base import Family
+from neuraldbg_cli.reason.families.context import Rule
 from neuraldbg_cli.trace.events import CROSS_RANK_KINDS, Kind
 
 # observed in this order within a step: it fixes the order of one step's events in the trace

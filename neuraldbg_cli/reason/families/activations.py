@@ -9,20 +9,15 @@ from typing import Any
 
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.reason.families.advice import _lr_above_usual, lower_lr, lower_lr_fix, reinit_fix
-from neuraldbg_cli.reason.families.base import (
-    NON_FINITE,
-    Board,
-    Context,
-    Event,
-    Family,
-    Observer,
+from neuraldbg_cli.reason.families.base import NON_FINITE, Board, Family, Observer, settled
+from neuraldbg_cli.reason.families.context import Context, Event
+from neuraldbg_cli.reason.families.evidence import (
     _first_by_module,
     _hyp,
     _model_has,
     _origin_of,
     _spread_confidence,
     _still,
-    settled,
 )
 from neuraldbg_cli.reason.fixspec import fix
 from neuraldbg_cli.trace.events import ActState, ActStats, EventType, Hypothesis, Kind, StepRecord

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from neuraldbg_cli.reason.families.base import Context, Event
+from neuraldbg_cli.reason.families.context import Context, Event
 from neuraldbg_cli.reason.fixspec import fix, lr_scale
 from neuraldbg_cli.vocab import HE_INIT_TYPES, INIT_TYPES, usual_lr
 

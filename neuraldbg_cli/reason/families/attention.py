@@ -17,7 +17,9 @@ from collections import deque
 
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.reason.families.advice import lower_lr
-from neuraldbg_cli.reason.families.base import Board, Context, Family, Observer, _first_by_module, _hyp, _still, settled
+from neuraldbg_cli.reason.families.base import Board, Family, Observer, settled
+from neuraldbg_cli.reason.families.context import Context
+from neuraldbg_cli.reason.families.evidence import _first_by_module, _hyp, _still
 from neuraldbg_cli.trace.events import AttnState, AttnStats, EventType, Hypothesis, Kind, StepRecord
 
 S = AttnState

@@ -1,43 +1,34 @@
-"""What every failure family shares, and the family protocol.
+"""The family protocol and what every family's observe side shares.
 
-Observe side: a `Machine` per site (a module's gradient, a module's output, the model input, the loss, a
-module's weights), fed by the family's `Observer` from each StepRecord through the `Board` (the Monitor's
-shared bookkeeping). Each family has small pure classifiers, functions from statistics to a state; the
-machine emits an event when a new state has held for `debounce` observations. The event carries the step
-where the state *began*, so the reasoner sees onsets, not confirmations. Non-finite values skip the debounce.
+A `Machine` per site (a module's gradient, a module's output, the model input, the loss, a module's
+weights), fed by the family's `Observer` from each StepRecord through the `Board` (the Monitor's shared
+bookkeeping). Each family has small pure classifiers, functions from statistics to a state; the machine
+emits an event when a new state has held for `debounce` observations. The event carries the step where the
+state *began*, so the reasoner sees onsets, not confirmations. Non-finite values skip the debounce.
 
-Reason side: a rule takes the `Context` only (keyword `ctx`), reads the events it needs and says what to
-change; the helpers below build its Hypothesis. Pure: no torch, no I/O module (trace reads the events).
-
-A family is one module of this package exposing `FAMILY = Family(name, observer, rules)`; the package's
-`FAMILIES` lists them (see docs/adding-a-kind.md)."""
+The reason side is apart: a rule reads the `Context` (context.py) and builds its Hypothesis with the helpers
+of evidence.py. A family is one module of this package exposing `FAMILY = Family(name, observer, rules)`;
+the package's `FAMILIES` lists them (see docs/adding-a-kind.md). Pure: no torch, no I/O module."""
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict, deque
-from collections.abc import Callable, Iterable
+from collections import deque
 from dataclasses import dataclass, field
-from itertools import chain
-from operator import attrgetter
 from typing import Any, Protocol, TypeGuard
 
 from neuraldbg_cli.config import Thresholds
+from neuraldbg_cli.reason.families.context import Rule
 from neuraldbg_cli.trace.events import (
     ActState,
     DataState,
     GradState,
-    Hypothesis,
-    Kind,
     LossState,
     ModelInfo,
-    Origin,
-    SemanticEvent,
     StepRecord,
     UpdateState,
 )
-from neuraldbg_cli.vocab import is_norm, warms_up
 
 HEALTHY = {
     GradState.healthy.value,
@@ -238,10 +229,6 @@ def _runs_floor(board: Board, family: str, since: dict[tuple[str, str], int], st
     return floor
 
 
-Event = SemanticEvent  # what a rule reads: one line of events.jsonl
-Rule = Callable[["Context"], Hypothesis | None]
-
-
 @dataclass(frozen=True)
 class Family:
     """One failure family: how its sites are observed (None: it judges other families' events) and its rules,
@@ -250,250 +237,3 @@ class Family:
     name: str
     observer: type[Observer] | None = None
     rules: tuple[Rule, ...] = ()
-
-
-# ---------------------------------------------------------------- what a rule reads
-
-
-@dataclass
-class Context:
-    """What a rule reads: one run's events (indexed once) and its model.json."""
-
-    events: list[Event]  # fixed once the Context is made: it is indexed then
-    models: list[dict[str, Any]] = field(default_factory=list)  # model.json "models"
-    optimizers: list[dict[str, Any]] = field(default_factory=list)
-    every: int = 10
-    loss_window: int = 10
-    thresholds: Thresholds = field(default_factory=Thresholds)
-    _order: dict[tuple, int] = field(default_factory=dict)
-    _positions: dict[tuple[str, str], list[int]] = field(default_factory=dict, init=False)  # (type, to) -> indexes
-    _last: dict[tuple, str] = field(default_factory=dict, init=False)  # (type, root, module, site) -> last `to`
-
-    def __post_init__(self) -> None:
-        for m in self.models:
-            for i, name in enumerate(m.get("order") or []):
-                self._order[(m.get("name"), name)] = i
-        # indexed once, so that rules do not each scan every event (a trace holds up to trace.MAX_EVENTS)
-        positions: defaultdict[tuple[str, str], list[int]] = defaultdict(list)
-        for i, key in enumerate(map(attrgetter("type", "to"), self.events)):
-            positions[key].append(i)
-        self._positions = dict(positions)
-        self._last = dict(
-            zip(map(attrgetter("type", "root", "module", "site"), self.events), map(attrgetter("to"), self.events))
-        )
-
-    def select(self, types: Iterable[str] = (), to: Iterable[str] = (), sites: Iterable[str] = ()) -> list[Event]:
-        """The events of these types, into these states, at these sites (empty: any), in trace order."""
-        types, to, sites = set(types), set(to), set(sites)
-        found = [pos for (t, s), pos in self._positions.items() if (not types or t in types) and (not to or s in to)]
-        picked = found[0] if len(found) == 1 else sorted(chain.from_iterable(found))
-        return [e for e in map(self.events.__getitem__, picked) if not sites or e.site in sites]
-
-    def last_to(self, key: tuple) -> str | None:
-        """The state of the last transition at (type, root, module, site), None if there was none."""
-        return self._last.get(key)
-
-    def order(self, ev: Event) -> int:
-        """Position of the event's module in the forward pass (unknown modules sort last)."""
-        return self._order.get((ev.root, ev.module), 10**6)
-
-    def position(self, root: str | None, module: str | None) -> int:
-        return self._order.get((root, module), 10**6)
-
-    def output_side(self, root: str | None, module: str | None) -> bool:
-        """Whether the module is its model's output layer or comes after it in the forward pass (the final
-        Sigmoid/Tanh, or the output layer's activation site): what it emits is the model's output."""
-        for m in self.models:
-            if m.get("name") != root:
-                continue
-            modules, order = m.get("modules") or {}, m.get("order") or []
-            layers = [n for n in order if isinstance(modules.get(n), dict) and modules[n].get("params")]
-            if not layers or module not in order:
-                return False
-            return order.index(module) >= order.index(layers[-1])
-        return False
-
-    def norm_placements(self) -> set[str]:
-        """The norm placement ("pre" / "post") of the attention blocks the run saw. From model.json facts where
-        the probe recorded them; else read off the forward order: an attention layer's block is its parent
-        module (`layers.3` of `layers.3.self_attn`), and a block whose last called layer is a norm normalises
-        the residual sum (Post-LN: torch.nn's default norm_first=False, BERT), one whose first is a norm
-        normalises the branch input (Pre-LN, GPT-2)."""
-        found: set[str] = set()
-        for m in self.models:
-            facts = m.get("facts") if isinstance(m.get("facts"), dict) else {}
-            blocks = facts.get("residual_blocks") if isinstance(facts, dict) else None
-            if isinstance(blocks, dict):
-                found.update(str(b.get("norm")) for b in blocks.values() if isinstance(b, dict) and b.get("norm"))
-            modules, order = m.get("modules") or {}, m.get("order") or []
-            layers = [n for n in order if isinstance(modules.get(n), dict) and modules[n].get("params")]
-            attn = [n for n in order if "attention" in str((modules.get(n) or {}).get("type", "")).lower()]
-            for a in attn:
-                parent = a.rpartition(".")[0]
-                inside = [n for n in layers if parent and n.startswith(parent + ".") and not n.startswith(a)]
-                if not inside:
-                    continue
-                if is_norm(str(modules[inside[-1]].get("type", ""))):
-                    found.add("post")
-                elif is_norm(str(modules[inside[0]].get("type", ""))):
-                    found.add("pre")
-        return found
-
-    def optimizer_facts(self) -> list[dict[str, Any]]:
-        """The optimizers that train the models seen, as model.json's facts record them (type, lr, betas or
-        momentum, weight decays, warmup); a trace without them (an older one) has its optimizers read instead."""
-        facts = [
-            o
-            for m in self.models
-            if isinstance(m.get("facts"), dict) and isinstance(m["facts"].get("optimizers"), list)
-            for o in m["facts"]["optimizers"]
-            if isinstance(o, dict)
-        ]
-        if facts:
-            return facts
-        out = []
-        for opt in self.optimizers:
-            groups = [g for g in opt.get("groups") or [] if isinstance(g, dict)]
-            points = _lr_history(opt.get("lr_at"), len(groups))
-            out.append({"type": str(opt.get("type") or "optimizer"), "warmup": warms_up(points) if points else None})
-        return out
-
-    def warms_up(self) -> bool | None:
-        """Whether the schedule of some optimizer that trains the models warms up (vocab.warms_up); None when no
-        learning rate was read."""
-        known = [o["warmup"] for o in self.optimizer_facts() if isinstance(o.get("warmup"), bool)]
-        return any(known) if known else None
-
-    def module_types(self) -> dict[str, str]:
-        return {name: info.get("type", "") for m in self.models for name, info in (m.get("modules") or {}).items()}
-
-    def groups(self) -> list[tuple[str, dict[str, Any]]]:
-        """(optimizer type, param group) for every group of every optimizer seen."""
-        return [(opt, g) for opt, g, _ in self.group_lrs()]
-
-    def group_lrs(self, at: int | None = None) -> list[tuple[str, dict[str, Any], float | None]]:
-        """(optimizer type, param group, its lr) for every group: the lr in force around step `at` (see
-        lrs_in_force), or its largest over the run when `at` is None; without a recorded history (a run cut
-        short, a tensor lr), the larger of its described lr and its schedule's initial_lr."""
-        out: list[tuple[str, dict[str, Any], float | None]] = []
-        for opt in self.optimizers:
-            groups = [g for g in opt.get("groups") or [] if isinstance(g, dict)]
-            seen = _lr_history(opt.get("lr_at"), len(groups))
-            for i, g in enumerate(groups):
-                if seen:
-                    lr: float | None = _in_force([(p[0], p[1 + i]) for p in seen], at, self.every)
-                else:
-                    lrs = [float(g[k]) for k in ("lr", "initial_lr") if _number(g.get(k))]
-                    lr = max(lrs, key=abs) if lrs else None
-                out.append((str(opt.get("type") or "optimizer"), g, lr))
-        return out
-
-    def lr_hint(self) -> tuple[str, float] | None:
-        """The first group's (optimizer type, lr): its largest over the run (0 only if it never moved)."""
-        return next(((opt, lr) for opt, _, lr in self.group_lrs() if lr is not None), None)
-
-    def peak_lr(self, at: int | None = None) -> tuple[str, float] | None:
-        """The largest learning rate of any group: in force while a symptom that began at step `at` developed
-        (never a warm-up's tiny first value, nor the initial value of a schedule that multiplied it upward),
-        or over the whole run when `at` is None: the one that makes a run diverge."""
-        best: tuple[str, float] | None = None
-        for opt, _, lr in self.group_lrs(at):
-            if lr is not None and (best is None or abs(lr) > abs(best[1])):
-                best = (opt, lr)
-        return best
-
-
-def _lr_history(points: object, groups: int) -> list[list[float]]:
-    """model.json's lr_at ([step, lr of each group], when it changed, in step order), if well formed."""
-    if not isinstance(points, list):
-        return []
-    ok = [p for p in points if isinstance(p, list) and len(p) == groups + 1 and all(map(_number, p))]
-    return sorted(ok, key=lambda p: p[0]) if len(ok) == len(points) else []
-
-
-def _in_force(points: list[tuple[float, float]], at: int | None, slack: int) -> float:
-    """The largest lr in force from `at - slack` to `at + slack` (the sampling interval that dates a symptom):
-    the one recorded last before that window and those recorded in it. `at` None: the largest of all."""
-    if at is None:
-        return max((lr for _, lr in points), key=abs)
-    before = [lr for step, lr in points if step <= at - slack]
-    inside = [lr for step, lr in points if at - slack < step <= at + slack]
-    window = before[-1:] + inside or [points[0][1]]
-    return max(window, key=abs)
-
-
-def _number(value: object) -> bool:
-    return (
-        isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) < float("inf")
-    )
-
-
-# ---------------------------------------------------------------- helpers shared by rules
-
-
-def _first_by_module(events: list[Event]) -> dict[tuple, Event]:
-    first: dict[tuple, Event] = {}
-    for e in events:
-        k = (e.root, e.module)
-        if k not in first or e.step < first[k].step:
-            first[k] = e
-    return first
-
-
-def _still(ctx: Context, events: list[Event], state: str) -> float:
-    """Fraction of the affected sites whose last transition is still into `state` (did not recover)."""
-    keys = {(e.type, e.root, e.module, e.site) for e in events}
-    if not keys:
-        return 0.0
-    return sum(1 for k in keys if ctx.last_to(k) == state) / len(keys)
-
-
-def _origin_of(ctx: Context, events: list[Event], output_side: bool = False) -> Event:
-    """Earliest onset; among modules starting in the same observation the input side (or output side)."""
-    onset = min(e.step for e in events)
-    same = [e for e in events if e.step <= onset]
-    return (max if output_side else min)(same, key=ctx.order)
-
-
-def _evidence(events: list[Event], limit: int = 6) -> list[dict[str, Any]]:
-    out = []
-    for e in sorted(events, key=lambda e: e.step)[:limit]:
-        d = {"type": e.type, "step": e.step, "module": e.module, "from": e.from_, "to": e.to, "site": e.site}
-        d.update({k: v for k, v in e.metrics.items() if v is not None})
-        out.append(d)
-    return out
-
-
-def _spread_confidence(base: float, n: int, persistent: float) -> float:
-    return min(0.95, (base + 0.08 * min(n, 3)) * (0.6 + 0.4 * persistent))
-
-
-def _hyp(
-    kind: Kind,
-    confidence: float,
-    origin: Event | None,
-    step: int | None,
-    summary: str,
-    events: list[Event],
-    suggestions: list[str],
-    propagation: list[str] | None = None,
-    fixes: list[dict[str, Any]] | None = None,
-) -> Hypothesis:
-    return Hypothesis(
-        kind=kind,
-        confidence=round(confidence, 3),
-        origin=Origin(module=origin.module if origin else None, step=step, root=origin.root if origin else None),
-        summary=summary,
-        evidence=_evidence(events),
-        propagation=propagation or [],
-        suggestions=suggestions,
-        fixes=fixes or [],
-    )
-
-
-def _model_has(ctx: Context, test: Callable[[str], bool]) -> bool:
-    return any(test(t) for t in ctx.module_types().values())
-
-
-def _names(events: list[Event]) -> list[str]:
-    return sorted({e.module for e in events if e.module})

@@ -36,7 +36,7 @@ RIVAL_WINS = 0.1  # an opponent whose loss fell to this fraction of its early le
 
 def _opponent_wins(h: Hypothesis) -> bool:
     """A model's gradient that vanished because the model it is trained against wins outright (a GAN's
-    discriminator, see gradients.ModelFade): the opponent's saturated output is part of that story, its
+    discriminator, see gradient_observer.ModelFade): the opponent's saturated output is part of that story, its
     consequence."""
     return any(
         e.get("site") == "model_gradient" and e.get("game") and (e.get("rival_loss_ratio") or 1.0) <= RIVAL_WINS

@@ -7,7 +7,9 @@ import math
 import statistics
 
 from neuraldbg_cli.config import Thresholds
-from neuraldbg_cli.reason.families.base import NON_FINITE, Board, Context, Family, Observer, _hyp, _still, settled
+from neuraldbg_cli.reason.families.base import NON_FINITE, Board, Family, Observer, settled
+from neuraldbg_cli.reason.families.context import Context
+from neuraldbg_cli.reason.families.evidence import _hyp, _still
 from neuraldbg_cli.trace.events import ActStats, DataState, EventType, Hypothesis, Kind, Origin, StepRecord
 
 ETYPE = EventType.data_anomaly.value

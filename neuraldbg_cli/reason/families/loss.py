@@ -17,17 +17,9 @@ from neuraldbg_cli.reason.families.advice import (
     postln_warmup,
     postln_warmup_fix,
 )
-from neuraldbg_cli.reason.families.base import (
-    NON_FINITE,
-    Board,
-    Context,
-    Event,
-    Family,
-    Observer,
-    _evidence,
-    _hyp,
-    settled,
-)
+from neuraldbg_cli.reason.families.base import NON_FINITE, Board, Family, Observer, settled
+from neuraldbg_cli.reason.families.context import Context, Event
+from neuraldbg_cli.reason.families.evidence import _evidence, _hyp
 from neuraldbg_cli.reason.families.loss_model import DIVERGING, NORMAL, LossSeries
 from neuraldbg_cli.reason.fixspec import fix
 from neuraldbg_cli.trace.events import EventType, Hypothesis, Kind, StepRecord

@@ -23,7 +23,9 @@ import math
 from typing import Any
 
 from neuraldbg_cli.config import Thresholds
-from neuraldbg_cli.reason.families.base import Context, Event, Family, Observer, _hyp
+from neuraldbg_cli.reason.families.base import Family, Observer
+from neuraldbg_cli.reason.families.context import Context, Event
+from neuraldbg_cli.reason.families.evidence import _hyp
 from neuraldbg_cli.trace.events import EventType, Hypothesis, Kind, LossCallState, LossCallStats, Origin, StepRecord
 
 S = LossCallState

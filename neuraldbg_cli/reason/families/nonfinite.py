@@ -5,7 +5,9 @@ event (a data_anomaly for the input and targets); the rule finds where it first 
 from __future__ import annotations
 
 from neuraldbg_cli.reason.families.advice import adam_eps_advice
-from neuraldbg_cli.reason.families.base import Context, Family, _hyp
+from neuraldbg_cli.reason.families.base import Family
+from neuraldbg_cli.reason.families.context import Context
+from neuraldbg_cli.reason.families.evidence import _hyp
 from neuraldbg_cli.reason.fixspec import fix
 from neuraldbg_cli.trace.events import EventType, Hypothesis, Kind
 

@@ -34,20 +34,9 @@ from functools import partial
 from typing import NamedTuple
 
 from neuraldbg_cli.config import Thresholds
-from neuraldbg_cli.reason.families.base import (
-    NON_FINITE,
-    Board,
-    Context,
-    Event,
-    Family,
-    Observer,
-    _finite,
-    _first_by_module,
-    _hyp,
-    _runs_floor,
-    _still,
-    settled,
-)
+from neuraldbg_cli.reason.families.base import NON_FINITE, Board, Family, Observer, _finite, _runs_floor, settled
+from neuraldbg_cli.reason.families.context import Context, Event
+from neuraldbg_cli.reason.families.evidence import _first_by_module, _hyp, _still
 from neuraldbg_cli.reason.fixspec import fix
 from neuraldbg_cli.trace.events import EventType, Hypothesis, Kind, NormState, NormStats, StepRecord
 

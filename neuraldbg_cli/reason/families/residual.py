@@ -21,17 +21,9 @@ from collections import deque
 from typing import Any
 
 from neuraldbg_cli.config import Thresholds
-from neuraldbg_cli.reason.families.base import (
-    Board,
-    Context,
-    Family,
-    Observer,
-    _first_by_module,
-    _hyp,
-    _runs_floor,
-    _still,
-    settled,
-)
+from neuraldbg_cli.reason.families.base import Board, Family, Observer, _runs_floor, settled
+from neuraldbg_cli.reason.families.context import Context
+from neuraldbg_cli.reason.families.evidence import _first_by_module, _hyp, _still
 from neuraldbg_cli.trace.events import EventType, Hypothesis, Kind, ResidStats, ResidualState, StepRecord
 
 S = ResidualState

@@ -9,7 +9,8 @@ from itertools import chain
 from typing import Any
 
 from neuraldbg_cli.reason.families.advice import _lr_above_usual, lower_lr, lower_lr_fix
-from neuraldbg_cli.reason.families.base import Context, Event, _evidence, _number
+from neuraldbg_cli.reason.families.context import Context, Event, _number
+from neuraldbg_cli.reason.families.evidence import _evidence
 from neuraldbg_cli.reason.fixspec import fix
 from neuraldbg_cli.trace.events import EventType, Kind
 from neuraldbg_cli.vocab import decoupled_decay

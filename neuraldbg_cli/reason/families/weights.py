@@ -7,18 +7,15 @@ import math
 from collections.abc import Collection
 
 from neuraldbg_cli.reason.families.advice import zero_lr
-from neuraldbg_cli.reason.families.base import (
-    Board,
-    Context,
-    Family,
-    Observer,
+from neuraldbg_cli.reason.families.base import Board, Family, Observer, settled
+from neuraldbg_cli.reason.families.context import Context
+from neuraldbg_cli.reason.families.evidence import (
     _first_by_module,
     _hyp,
     _names,
     _origin_of,
     _spread_confidence,
     _still,
-    settled,
 )
 from neuraldbg_cli.trace.events import EventType, GradState, Hypothesis, Kind, StepRecord, UpdateState
 from neuraldbg_cli.vocab import usual_lr
