@@ -1,5 +1,7 @@
 """The observed session: runs SCRIPT / -m MODULE like python would (scriptexec), with the probes installed, and
-wires the stages: probes -> monitor -> trace writer (+ live console), then reasoner -> verdict and exit status."""
+wires the stages: probes -> monitor -> trace writer (+ live console; see wiring), then reasoner -> verdict and
+exit status. Here the run around that wiring: its directory, meta.json, the probes (and a verify trial's fix)
+installed before the script runs, and after it its status, the trace closed and the verdict."""
 
 from __future__ import annotations
 
@@ -14,13 +16,12 @@ from typing import Any
 from neuraldbg_cli import __version__
 from neuraldbg_cli.config import Settings
 from neuraldbg_cli.errors import ExitCode, NeuraldbgError
-from neuraldbg_cli.launch.console import Console, verdict
+from neuraldbg_cli.launch.console import verdict
 from neuraldbg_cli.launch.distributed import JOB_FILE, LAUNCHED, RankInfo, job_start, rank_info, shared_run_dir
 from neuraldbg_cli.launch.scriptexec import execute, install_sigterm, resolve_target, restore_sigterm
-from neuraldbg_cli.reason.monitor import Monitor
-from neuraldbg_cli.trace.events import META_SCHEMA, SemanticEvent, StepRecord
-from neuraldbg_cli.trace.job import RunData
-from neuraldbg_cli.trace.writer import EVENTS, META, RunWriter, StatsThinner, point_latest, rank_file
+from neuraldbg_cli.launch.wiring import StageWiring
+from neuraldbg_cli.trace.events import META_SCHEMA
+from neuraldbg_cli.trace.writer import EVENTS, META, point_latest, rank_file
 
 
 def _now() -> str:
@@ -92,105 +93,16 @@ def wait_for_ranks(run_dir: Path, world_size: int, timeout: float = RANK_WAIT_S,
         time.sleep(0.05)
 
 
-class Session:
+class Session(StageWiring):
     """One observed run of a user script (or, for `neuraldbg run torchrun ...`, of a job of ranks)."""
 
     def __init__(self, settings: Settings, args: list[str]) -> None:
-        self.settings = settings
-        self.mode, self.path, self.argv = resolve_target(args)
-        self.info = rank_info()  # a rank of a torchrun job, or None
-        stem = self.path.stem if self.path is not None else self.argv[0].rsplit(".", 1)[-1]
-        self.run_dir = prepare_run_dir(settings, stem, self.info)
-        self.rank = self.info.rank if self.info is not None else None
-        self.t0 = time.perf_counter()
-        try:
-            self.writer = RunWriter(self.run_dir, self.rank)
-        except FileExistsError:
-            raise NeuraldbgError(f"neuraldbg: {self.run_dir} already holds rank {self.rank} of this job") from None
-        self.thinner = StatsThinner(t0=self.t0 if self.info is not None else None)
-        self.console = Console(settings.quiet, self.info, self.run_dir)
-        self.monitor = Monitor(settings.thresholds, self._on_event)
-        self.meta: dict[str, Any] = {}
-        self.warnings: list[str] = []
-        self.off: set[str] = set()  # parts switched off after an internal error
-        self.probe: Any = None
+        mode, path, argv = resolve_target(args)
+        info = rank_info()  # a rank of a torchrun job, or None
+        stem = path.stem if path is not None else argv[0].rsplit(".", 1)[-1]
+        super().__init__(settings, prepare_run_dir(settings, stem, info), info)
+        self.mode, self.path, self.argv = mode, path, argv
         self.pid = os.getpid()
-        self.seen: list[SemanticEvent] = []  # --stop-on judges the events so far (few: transitions only)
-        self.model_doc: dict[str, Any] = {}
-        self.stopped: dict[str, Any] | None = None  # --stop-on: where and why the run was ended
-        self._judged = -1
-
-    # -- wiring
-
-    def _on_event(self, ev: SemanticEvent) -> None:
-        if self.settings.stop_on:
-            self.seen.append(ev)
-        if "events.jsonl" not in self.off:
-            try:
-                self.writer.event(ev.to_json_dict())
-            except Exception as e:  # noqa: BLE001 - disk full etc.: warn once, stop writing it, keep training
-                self._warn_once("events.jsonl", e)
-        self.console.event(ev)
-
-    def _on_steps(self, records: list[StepRecord]) -> None:
-        if "monitor" not in self.off:
-            try:
-                for rec in records:
-                    self.monitor.observe(rec)
-            except Exception as e:  # noqa: BLE001
-                self._warn_once("monitor", e)
-        if "stats.jsonl" not in self.off:
-            try:
-                self.writer.stats(self.thinner.rows(records))
-            except Exception as e:  # noqa: BLE001
-                self._warn_once("stats.jsonl", e)
-        if self.settings.stop_on and self.stopped is None and "stop-on" not in self.off and records:
-            try:
-                self._judge(records[-1].step)
-            except Exception as e:  # noqa: BLE001
-                self._warn_once("stop-on", e)
-
-    def _judge(self, step: int) -> None:
-        """--stop-on: the reasoner on the events so far (also those the monitor still holds for ordering),
-        whenever they changed; a listed kind at --min-confidence ends the run after this optimizer step."""
-        from neuraldbg_cli.reason import reasoner
-
-        events = self.seen + self.monitor.pending()
-        if len(events) == self._judged:
-            return
-        self._judged = len(events)
-        run = RunData(dir=self.run_dir, meta=self.meta, events=list(events), models=self.model_doc)
-        report = reasoner.explain(run, self.settings.min_confidence)
-        found = reasoner.failing_kinds(report, self.settings.stop_on, self.settings.min_confidence)
-        if found:
-            self.stopped = {"step": step, "kinds": found}
-            self.probe.stop_requested = True
-            prefix = self.info.prefix if self.info is not None and self.info.rank != 0 else ""
-            print(
-                f"{prefix}neuraldbg: stopping the run after step {step}: {', '.join(found)} confirmed (--stop-on)",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    def _on_models(self) -> None:
-        try:
-            models = self.probe.models()
-            self.monitor.set_models(models)
-            self.model_doc = _model_doc(models, self.probe.optimizer_info())
-            self.writer.write_json("model.json", self.model_doc)
-        except Exception as e:  # noqa: BLE001
-            self._warn_once("model description", e)
-
-    def _warn_once(self, part: str, err: BaseException) -> None:
-        if part in self.off:
-            return
-        self.off.add(part)
-        prefix = self.info.prefix if self.info is not None and self.info.rank != 0 else ""
-        msg = f"{prefix}neuraldbg: internal error in {part} ({type(err).__name__}: {err}); continuing without it"
-        self.warnings.append(msg)
-        print(msg, file=sys.stderr, flush=True)
-
-    # -- the run
 
     def write_meta(self, **extra: Any) -> None:
         """meta.json; in a distributed run each rank's own meta.rank<N>.json, and rank 0's also as meta.json."""
@@ -278,27 +190,6 @@ class Session:
             wait_for_ranks(self.run_dir, self.info.world_size)
         return self._verdict(code)
 
-    def _close(self) -> None:
-        try:
-            self.probe.close()
-        except Exception as e:  # noqa: BLE001
-            self._warn_once("probe shutdown", e)
-        if "stats.jsonl" not in self.off:
-            try:
-                self.writer.stats(self.thinner.finish())
-            except Exception as e:  # noqa: BLE001
-                self._warn_once("stats.jsonl", e)
-        try:  # model.json again: the learning rates recorded since it was last written (optimizers.record_lr)
-            if self.model_doc.get("optimizers"):
-                self.model_doc = _model_doc(self.probe.models(), self.probe.optimizer_info())
-                self.writer.write_json("model.json", self.model_doc)
-        except Exception as e:  # noqa: BLE001
-            self._warn_once("model description", e)
-        try:
-            self.monitor.finish()
-        except Exception as e:  # noqa: BLE001
-            self._warn_once("monitor", e)
-
     def _verdict(self, code: int) -> int:
         return verdict(self.run_dir, self.settings, code)
 
@@ -313,24 +204,4 @@ def script_env(env: os._Environ[str] | dict[str, str]) -> dict[str, str]:
         k: v
         for k, v in sorted(env.items())
         if not k.startswith("NEURALDBG_") and not any(w in k.upper() for w in _SECRET_WORDS)
-    }
-
-
-def _model_doc(models: list[Any], optimizers: Any) -> dict[str, Any]:
-    """model.json: each root model's modules and forward order, and the run's optimizers."""
-    return {
-        "models": [
-            {
-                "name": m.name,
-                "class": m.cls,
-                "n_modules": m.n_modules,
-                "n_params": m.n_params,
-                "order": m.order,
-                "modules": {n: vars(i) for n, i in m.modules.items()},
-                **({"wrappers": m.wrappers} if m.wrappers else {}),
-                **({"facts": m.facts} if m.facts else {}),
-            }
-            for m in models
-        ],
-        "optimizers": optimizers,
     }

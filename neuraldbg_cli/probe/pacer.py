@@ -1,28 +1,24 @@
 """Training steps as torch reports them. The optimizer step hooks, zero_grad and the end of each backward pass
 feed the StepClock, which decides what a step is (see stepclock); the pacer acts on its answers: it reads
-gradients where they are complete, measures the update of sampled optimizer steps, and closes steps (their
-last statistics, then the outbox)."""
+gradients where they are complete, measures the update of sampled optimizer steps, gives each optimizer step
+its losses, and has the StepCloser close steps (their last statistics, then the outbox: see stepcloser)."""
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from neuraldbg_cli.errors import StopTraining
-from neuraldbg_cli.probe import tensorstats as ts
 from neuraldbg_cli.probe.gradreader import GradReader, UpdateBefore
 from neuraldbg_cli.probe.guard import Guard, compiling
 from neuraldbg_cli.probe.optimizers import OptimizerWatch
 from neuraldbg_cli.probe.paramsets import ParamSets
-from neuraldbg_cli.probe.records import Outbox, StepBuffer, Steps
+from neuraldbg_cli.probe.records import Outbox, Steps
 from neuraldbg_cli.probe.rootfinder import RootFinder
 from neuraldbg_cli.probe.stepclock import CLOSE, READ, StepClock
-
-RESCAN_EVERY = 10  # steps between re-scans for unfrozen parameters (the default schedule's sampling period)
+from neuraldbg_cli.probe.stepcloser import StepCloser
 
 
 def _has_grads(obj: Any) -> bool:
@@ -47,15 +43,14 @@ class StepPacer:
         outbox: Outbox,
     ) -> None:
         self._steps, self._guard, self._sets, self._grads = steps, guard, sets, grads
-        self._opts, self._finder, self._outbox = opts, finder, outbox
+        self._opts = opts
         self.clock = StepClock()
+        self._closer = StepCloser(steps, guard, grads, finder, outbox, self.clock)
         self.stop_requested = False
         self.max_steps: int | None = None  # a verify trial: end the training cleanly after this many steps
         self.limit_reached = False
         self._closure = False  # the optimizer step under way was given a closure: read gradients after it
         self._before: UpdateBefore | None = None  # of the sampled optimizer step under way
-        self._series = ""  # loss series of the leading optimizer: losses no optimizer step took go there
-        self._rescanned = 0  # the last step whose close re-scanned the models for new parameters
         self._versions: int | None = None  # before any optimizer step: the parameters' versions at the last backward
 
     # ---- optimizer steps ----
@@ -68,7 +63,7 @@ class StepPacer:
         if not self._guard.mine() or not self.clock.step_begin():
             return
         if self.clock.takes_over(id(opt)):
-            self._close_before()
+            self._closer.close_before()
         if "grads" in off:
             return
         buf = self._steps.buf
@@ -122,9 +117,9 @@ class StepPacer:
             lead = id(opt) == self.clock.lead
             buf.assign_loss(series, main=lead)
             if lead:
-                self._series = series
+                self._closer.series = series
             if closes:
-                self.advance()
+                self._closer.advance()
         except Exception as e:  # noqa: BLE001
             guard.fault("step", e)
         if closes and self.stop_requested:  # a step boundary: the weights are updated, no backward under way
@@ -147,7 +142,7 @@ class StepPacer:
                     buf = pacer._steps.buf
                     discards = lambda: not buf.scaled and not buf.input_grad and _has_grads(obj)  # noqa: E731
                     if pacer.clock.zero_grad(discards, pacer._changed):
-                        pacer.advance()
+                        pacer._closer.advance()
                     else:
                         pacer._drop_discarded(obj)
                 except Exception as e:  # noqa: BLE001
@@ -177,23 +172,6 @@ class StepPacer:
             return
         buf.discard_losses()
 
-    def _close_before(self) -> None:
-        """A new phase's optimizer steps a second time (StepClock.takes_over): its first update, still in the
-        step under way, closes that step now. What the backward passes since belong to moves to the next step
-        (their loss, whether a GradScaler scaled them, the models they ran); the forward passes' values stay
-        behind (a NaN they made shows one step early)."""
-        buf = self._steps.buf
-        pending, buf.pending = buf.pending, None
-        try:
-            self.advance()
-        except Exception as e:  # noqa: BLE001
-            self._guard.fault("step", e)
-        new = self._steps.buf
-        new.pending = pending
-        if new is not buf:
-            new.scaled = buf.scaled
-            new.active.update(buf.active)
-
     # ---- backward passes ----
 
     def backward_end(self, scaled: bool) -> None:
@@ -217,7 +195,7 @@ class StepPacer:
             except Exception as e:  # noqa: BLE001
                 self._guard.fault("grads", e)
         if act == CLOSE:
-            self._advance_or_fault()
+            self._closer.advance_or_fault()
 
     def _version_sum(self) -> int:
         """The parameters' in-place version counters, summed: any in-place change of one moves it."""
@@ -232,70 +210,10 @@ class StepPacer:
         """A forward or backward pass begins: a backward-counted step (no optimizer: see StepClock) closes
         now, so that a manual update or an optimizer.step() right after its backward still belonged to it."""
         if self.clock.due():
-            self._advance_or_fault()
+            self._closer.advance_or_fault()
 
-    # ---- closing steps ----
-
-    def advance(self) -> None:
-        self._finalize()
-        self._steps.next()
+    # ---- the end of the run ----
 
     def finish(self) -> None:
-        """The run ends: close the step under way, unless it is an idle tail (see _idle_tail)."""
-        buf = self._steps.buf
-        buf.settle(False)
-        if (buf.parts or buf.checks or buf.losses or buf.pending is not None) and not self._idle_tail(buf):
-            self._finalize()
-
-    def _advance_or_fault(self) -> None:
-        try:
-            self.advance()
-        except Exception as e:  # noqa: BLE001
-            self._guard.fault("step", e)
-
-    def _finalize(self) -> None:
-        """Close the current step: add gradient (and on sampled steps weight) statistics, queue it. Losses no
-        optimizer step took (a backward-counted step) go to the last pacing optimizer's series."""
-        buf, off = self._steps.buf, self._guard.off
-        buf.time = time.perf_counter()
-        if buf.held:  # outputs of a forward pass no backward pass followed (an evaluation with gradients on)
-            buf.settle(False)
-        buf.assign_loss(self._series)
-        # parameters unfrozen since: a sampled step is often enough, and after the first RESCAN_EVERY steps one
-        # in RESCAN_EVERY (the walk over every module is a sampled step's largest Python cost under --every 1)
-        if buf.sampled and "rescan" not in off and self._rescan_due(buf.step):
-            try:
-                for root in self._finder.live:
-                    self._finder.rescan(root)
-            except Exception as e:  # noqa: BLE001
-                self._guard.fault("rescan", e)
-        if "grads" not in off:
-            try:
-                self._grads.step_stats(buf)
-            except Exception as e:  # noqa: BLE001
-                self._guard.fault("grads", e)
-        self._outbox.put(buf)
-
-    def _rescan_due(self, step: int) -> bool:
-        if step < RESCAN_EVERY:
-            return True
-        if step < self._rescanned + RESCAN_EVERY:
-            return False
-        self._rescanned = step
-        return True
-
-    def _idle_tail(self, buf: StepBuffer) -> bool:
-        """After training, a last step that no optimizer step completes is no training step: one that only saw
-        forward passes (a final evaluation without no_grad), or, once an optimizer has stepped, backward passes
-        that accumulate for a step that never comes (the last micro-batches of an epoch). Dropped unless it
-        made a NaN/Inf (read here, once, at the end of the run)."""
-        clock = self.clock
-        if not self._steps.step or clock.done or buf.losses:
-            return False
-        if clock.backwards and (not clock.stepped or clock.fallback):  # backward passes are steps here
-            return False
-        tail = buf.parts + buf.checks + ([buf.pending.detach()] if buf.pending is not None else [])
-        try:
-            return math.isfinite(sum(ts.host_values(tail)))
-        except Exception:  # noqa: BLE001
-            return False
+        """The run ends: see StepCloser.finish."""
+        self._closer.finish()
