@@ -270,7 +270,7 @@ def test_an_evaluation_with_gradients_on_is_checked_when_the_step_closes():
 
 def test_a_layer_unfrozen_midway_joins_within_ten_steps():
     """Staged fine-tuning: parameters unfrozen after the model was first seen join at the next re-scan, a
-    sampled step, and after the first 10 steps at most one in 10 (pacer.RESCAN_EVERY): under --every 1 that
+    sampled step, and after the first 10 steps at most one in 10 (stepcloser.RESCAN_EVERY): under --every 1 that
     is 10 times fewer walks over the model than sampled steps."""
     for every, unfreeze in ((1, 23), (10, 23), (1, 5)):
         torch.manual_seed(0)

@@ -5,16 +5,17 @@ tensorstats) and kept in a per-step buffer; the buffers go to the host in one `t
 per sampled step (or every `every` steps), never one `.item()` per module.
 
 `Probe` builds the parts and installs their hooks, each part doing one job:
-    observer     forward passes: roots entered, data and targets, layer outputs and activations
+    observer     forward passes: roots entered, which call is what (layerreader: data, targets, layer outputs
+                 and activations; archreader: what layers are)
     rootfinder   which root model a call trains (over registry, roots: the models, held weakly)
     backward     backward passes and GradScaler.scale: each pass's loss, when passes begin and end
-    pacer        what a step is (stepclock decides), when gradients are read, closing steps
+    pacer        what a step is (stepclock decides), when gradients are read; stepcloser closes steps
     gradreader   gradient, weight and update norms, checksums (over paramsets: which parameters)
     optimizers   the optimizers of the run, their loss series and description
     records      the step under way, the buffers, their trip to the host (outbox)
     guard        faults become one warning and switch that observation off; forks observe nothing
 hookset undoes every hook. These parts, with tensorstats, roots, registry and provenance, are the probe
-side: the only modules that import torch."""
+side (with verify's fixes and write guard, the only modules that import torch)."""
 
 from __future__ import annotations
 
