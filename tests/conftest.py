@@ -111,7 +111,7 @@ def patched(tmp_path_factory):
 _DISTRIBUTED = "tests/test_distributed.py"
 _COMPILED = ("tests/test_bugs/test_compile_global_hook_warning.py", "tests/test_bugs/test_compile_recompiles.py",
              "tests/test_bugs/test_compile_wrapper_names.py", "tests/test_bugs/test_module_compile_observed.py",
-             "tests/test_safety_zoo.py::test_torch_compile")
+             "tests/probe/test_safety_zoo.py::test_torch_compile")
 
 
 def _group(nodeid: str) -> str | None:

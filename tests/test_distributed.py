@@ -37,11 +37,23 @@ def torchrun(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 _jobs: dict[str, tuple[subprocess.CompletedProcess, Path]] = {}
 
 
+def gloo_exit_abort(proc: subprocess.CompletedProcess) -> bool:
+    """torch's own gloo teardown can abort a rank as its interpreter exits, after the job is done and the
+    verdict printed: `terminate called without an active exception`, the rank killed by SIGABRT (issue 28;
+    plain torchrun of a gloo script shows it too, without neuraldbg). Only that exact end is retried."""
+    err = proc.stderr
+    return (proc.returncode != 0 and "terminate called without an active exception" in err
+            and "(SIGABRT)" in err and "neuraldbg: trace in " in err)
+
+
 def job(mode: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path]:
-    """One 2-rank job per mode, shared by the tests that read it."""
+    """One 2-rank job per mode, shared by the tests that read it (run again, once, if gloo's exit aborted)."""
     if mode not in _jobs:
         cwd = tmp_path_factory.mktemp(mode)
         proc = torchrun(SCRIPT, "--mode", mode, cwd=cwd)
+        if gloo_exit_abort(proc):  # a fresh directory: the aborted job's run directory stays where it is
+            cwd = tmp_path_factory.mktemp(mode)
+            proc = torchrun(SCRIPT, "--mode", mode, cwd=cwd)
         dirs = [p for p in (cwd / "runs").iterdir() if p.name != "latest"]
         assert len(dirs) == 1, (dirs, proc.stderr[-3000:])
         _jobs[mode] = (proc, dirs[0])

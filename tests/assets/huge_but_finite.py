@@ -1,4 +1,4 @@
-"""Finite but huge values (a test asset of tests/test_overflow.py): the tool must not call them non-finite."""
+"""Finite but huge values (a test asset of tests/probe/test_overflow.py): the tool must not call them non-finite."""
 import sys
 
 import torch

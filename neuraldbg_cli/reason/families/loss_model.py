@@ -58,7 +58,7 @@ def _mad(s: list[float]) -> float:
 class LossStatistics:
     """The running statistics of one loss series, which the tests (LossSeries, OscillationTest) read. Apart from
     them: they are kept on every loss whatever is judged, each updated as values come and go (sorted copies),
-    not recomputed over its window, and must equal what recomputing gives (tests/test_loss_model.py).
+    not recomputed over its window, and must equal what recomputing gives (tests/reason/test_loss_model.py).
 
     Positive losses are judged on log(loss), where a factor is a distance and the noise is relative; a
     series that ever goes <= 0 is judged on raw values (factors then measured against the loss's scale).

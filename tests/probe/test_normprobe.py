@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from tests.test_lossprobe import Recorder
+from tests.probe.test_lossprobe import Recorder
 
 
 def _train(model, batches, opt=None):

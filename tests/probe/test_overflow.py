@@ -12,7 +12,7 @@ from neuraldbg_cli.probe import tensorstats as ts
 from neuraldbg_cli.probe.records import StepBuffer
 from tests.conftest import explain_json, run_cli
 
-ASSET = Path(__file__).parent / "assets" / "huge_but_finite.py"
+ASSET = Path(__file__).parent.parent / "assets" / "huge_but_finite.py"
 
 
 @pytest.mark.parametrize("kind", ["fp32", "fp16", "bf16"])

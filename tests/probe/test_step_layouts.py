@@ -1,4 +1,4 @@
-"""Step counts of training layouts tests/test_step_clock.py leaves out, through the real CLI (CONTRACT.md: `step`
+"""Step counts of training layouts tests/probe/test_step_clock.py leaves out, through the real CLI (CONTRACT.md: `step`
 counts completed optimizer steps; a backward pass no optimizer step follows is not a step; optimizers trained in
 separate phases count every update; several optimizers stepped in one iteration are one step)."""
 import json

@@ -1,6 +1,6 @@
 """The normalisation family on hand-made statistics and events (pure: no torch): the classifiers, the drift of
 running statistics judged over time, gains judged against their own start, the rule's advice and its place in
-the causal table. Real scripts through the CLI are in tests/test_architecture.py."""
+the causal table. Real scripts through the CLI are in tests/reason/test_architecture.py."""
 
 import math
 

@@ -23,7 +23,7 @@ from neuraldbg_cli.probe.registry import Registry
 from neuraldbg_cli.probe.rootfinder import Found, RootFinder
 from neuraldbg_cli.probe.stepclock import StepClock
 from neuraldbg_cli.trace.events import StepRecord
-from tests.test_probes import Recorder
+from tests.probe.test_probes import Recorder
 
 
 def _quiet() -> Guard:

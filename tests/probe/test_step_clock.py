@@ -11,7 +11,7 @@ import torch.nn as nn
 from neuraldbg_cli.probe.records import MAX_CHECKS
 from neuraldbg_cli.probe.stepclock import ACCUMULATION_LIMIT, CLOSE, READ, StepClock, series_name
 from tests.conftest import explain_json, run_cli
-from tests.test_probes import Recorder
+from tests.probe.test_probes import Recorder
 
 HEAD = """
 import json, sys
