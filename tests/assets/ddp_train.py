@@ -50,4 +50,6 @@ for step in range(steps):
             model.module[2].weight.mul_(1.5)
 if rank == 0:
     print(f"rank {rank} final loss {loss.item():.4f}")
+if a.mode != "uneven":  # (there rank 1 has left the lockstep: its barrier would meet rank 0's all-reduce)
+    dist.barrier()  # every rank done with every collective before any rank tears gloo down
 dist.destroy_process_group()
