@@ -108,7 +108,7 @@ def patched(tmp_path_factory):
 # loadgroup hands out the largest group first, so these long runs start first. The groups are given to the
 # scheduler by test id rather than as xdist_group marks: with pytest >= 9.2, xdist 3.8 drops those marks
 # silently (pytest-xdist issue 1386) and would spread the groups over both workers.
-_DISTRIBUTED = "tests/test_distributed.py"
+_DISTRIBUTED = "tests/launch/test_distributed.py"
 _COMPILED = ("tests/test_bugs/test_compile_global_hook_warning.py", "tests/test_bugs/test_compile_recompiles.py",
              "tests/test_bugs/test_compile_wrapper_names.py", "tests/test_bugs/test_module_compile_observed.py",
              "tests/probe/test_safety_zoo.py::test_torch_compile")
