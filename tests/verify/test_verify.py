@@ -214,10 +214,16 @@ def test_activation_swap_verified_with_he_init_refuted_without(tmp_path):
     """16 sigmoid layers: ReLU at the weights sigmoid was initialised for still vanishes; with He init it learns."""
     doc = _run_and_verify(tmp_path, DEMO_VANISHING, "--steps", "80", "--fix", "activation_swap",
                           "--fix", "activation_swap:init=keep")
+    # The control and the keep trial sit at chance (0.69) whatever the float kernels: their gradients vanish. How
+    # far He init has got below it by step 80 depends on them: the 16-layer ReLU net's path branches on 1-ulp
+    # differences (0.47-0.62 over MKL's code paths and 300 1-ulp nudges of its initial weights; 0.61 on an AMD
+    # EPYC, where a fixed 0.1 margin failed). So the bar is relative: 5% under the control, above all of those,
+    # and a trial still at chance (the keep trial) does not pass it.
     he = _entry(doc, "vanishing_gradient", "activation_swap", init="kaiming")
-    assert he["status"] == "verified" and he["metric"]["trial"] < he["metric"]["control"] - 0.1, he
+    assert he["status"] == "verified" and he["metric"]["trial"] < 0.95 * he["metric"]["control"], he
     keep = _entry(doc, "vanishing_gradient", "activation_swap", init="keep")
     assert keep["status"] == "not_verified" and "still present" in keep["reason"], keep
+    assert keep["metric"]["trial"] > 0.95 * keep["metric"]["control"], keep
 
 
 def test_default_steps_cover_the_losses_a_plateau_needs_before_it_is_recognised():
