@@ -206,6 +206,16 @@ def decoupled_decay(optimizer_type: str) -> bool:
     return name in DECOUPLED_DECAY_EXACT or name.startswith(DECOUPLED_DECAY_PREFIX)
 
 
+# optimizers whose step is normalised per parameter by a running scale of its gradient (Adam's family, RMSprop,
+# Adagrad, Adadelta, Adafactor) or by its sign (Lion, Rprop): a gradient's size alone does not size the step
+ADAPTIVE_PREFIX = ("adam", "nadam", "radam", "fusedadam", "lamb", "lion", "rmsprop", "adagrad", "adadelta", "adafactor",
+                   "rprop", "sparseadam")
+
+
+def adaptive(optimizer_type: str) -> bool:
+    return optimizer_type.lower().startswith(ADAPTIVE_PREFIX)
+
+
 # a learning-rate schedule warms up when some group's lr rises first (its first change is upward) to at least this
 # factor of its first value: linear/LambdaLR warm-ups, OneCycle (max_lr / 25 at first); not a constant lr, a decay,
 # nor restarts that begin by decaying

@@ -4,6 +4,8 @@
     python scripts/score_scenarios.py -k dead    # only scenarios whose name contains "dead"
     python scripts/score_scenarios.py --json out.json
     python scripts/score_scenarios.py --dir scripts/scenarios_real   # real-world layouts (HF, Lightning, ...)
+    python scripts/score_scenarios.py --keep /tmp/runs            # keep the run directories, then after a
+    python scripts/score_scenarios.py --replay /tmp/runs          # reasoner change: re-explain them in seconds
 
 Labels (scripts/scenarios/labels.json): accepted kinds (first = root cause), acceptable origin modules
 (null = not a module: data or loss), and the step window where the problem begins. A hypothesis counts
@@ -45,13 +47,16 @@ def missing_packages(label: dict) -> list[str]:
     return [p for p in label.get("requires", []) if importlib.util.find_spec(p) is None]
 
 
-def run_one(name: str, workdir: Path, timeout: float, folder: Path = SCENARIOS, label: dict | None = None) -> dict:
+def run_one(name: str, workdir: Path, timeout: float, folder: Path = SCENARIOS, label: dict | None = None,
+            replay: bool = False) -> dict:
     label = label or {}
     missing = missing_packages(label)
     if missing:
         return {"name": name, "skipped": f"needs {', '.join(missing)} (pip install -e '.[integrations]')"}
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), PYTHONWARNINGS="ignore")
     run_dir = workdir / name.removesuffix(".py")
+    if replay:
+        return explain_kept(name, run_dir, env)
     t0 = time.perf_counter()
     cmd = [sys.executable, "-m", "neuraldbg_cli", "run", "--quiet", "--run-dir", str(run_dir), str(folder / name)]
     try:
@@ -63,11 +68,26 @@ def run_one(name: str, workdir: Path, timeout: float, folder: Path = SCENARIOS, 
         return {"name": name, "crash": f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}", "seconds": seconds}
     if "internal error" in proc.stderr:
         return {"name": name, "crash": "internal error: " + proc.stderr.strip()[-300:], "seconds": seconds}
+    (run_dir / "script-stdout.txt").write_text(proc.stdout)  # for --replay (labels may read the step count from it)
     ex = subprocess.run([sys.executable, "-m", "neuraldbg_cli", "explain", str(run_dir), "--format", "json"],
                         capture_output=True, text=True, env=env, timeout=120)
     if ex.returncode != 0:
         return {"name": name, "crash": f"explain exit {ex.returncode}: {ex.stderr.strip()[-300:]}", "seconds": seconds}
     return {"name": name, "report": json.loads(ex.stdout), "seconds": seconds, "stdout": proc.stdout}
+
+
+def explain_kept(name: str, run_dir: Path, env: dict) -> dict:
+    """--replay: explain a run directory an earlier --keep left (the reasoner is pure: the same trace gives the
+    same verdict as the live run, so a reasoner change is scored in seconds, without training again)."""
+    if not (run_dir / "events.jsonl").exists():
+        return {"name": name, "crash": f"no kept run in {run_dir} (run with --keep first)"}
+    ex = subprocess.run([sys.executable, "-m", "neuraldbg_cli", "explain", str(run_dir), "--format", "json"],
+                        capture_output=True, text=True, env=env, timeout=120)
+    if ex.returncode != 0:
+        return {"name": name, "crash": f"explain exit {ex.returncode}: {ex.stderr.strip()[-300:]}"}
+    out = run_dir / "script-stdout.txt"
+    return {"name": name, "report": json.loads(ex.stdout), "seconds": 0.0,
+            "stdout": out.read_text() if out.exists() else ""}
 
 
 def expected_steps(label: dict, stdout: str) -> int | None:
@@ -186,6 +206,8 @@ def main() -> int:
     ap.add_argument("-j", type=int, default=2, help="scenarios run in parallel")
     ap.add_argument("--timeout", type=float, default=180)
     ap.add_argument("--json", help="write per-scenario results here")
+    ap.add_argument("--keep", help="keep each scenario's run directory under this folder (for --replay)")
+    ap.add_argument("--replay", help="explain the run directories a --keep left in this folder, without training")
     ap.add_argument("--dir", default=str(SCENARIOS), help="scenario folder with labels.json "
                     "(e.g. scripts/scenarios_holdout, written without looking at the detector)")
     args = ap.parse_args()
@@ -194,7 +216,10 @@ def main() -> int:
     names = sorted(n for n in labels if args.k in n)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ndbg-score-") as tmp, ThreadPoolExecutor(args.j) as pool:
-        results = list(pool.map(lambda n: run_one(n, Path(tmp), args.timeout, folder, labels[n]), names))
+        work = Path(args.replay or args.keep or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        results = list(pool.map(
+            lambda n: run_one(n, work, args.timeout, folder, labels[n], replay=bool(args.replay)), names))
     rows = [judge(r, labels[r["name"]]) for r in results]
     skipped = [r for r in rows if "skipped" in r]
     rows = [r for r in rows if "skipped" not in r]

@@ -14,9 +14,15 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from neuraldbg_cli.config import Thresholds
-from neuraldbg_cli.reason import crossrank, fixspec
+from neuraldbg_cli.reason import crossrank, fixspec, harm
 from neuraldbg_cli.reason.families import RULES
-from neuraldbg_cli.reason.families.causes import CAUSES
+from neuraldbg_cli.reason.families.causes import (
+    CAUSES,
+    CROSS_MODEL,
+    falls_without_bound,
+    is_root_kind,
+    mechanism,
+)
 from neuraldbg_cli.reason.families.context import Context
 from neuraldbg_cli.reason.families.settings import SETTINGS, SettingCause
 from neuraldbg_cli.trace.events import EventType, Hypothesis, Kind, ModelSummary, Origin, Report
@@ -71,7 +77,12 @@ def _produced_by(setting: SettingCause, h: Hypothesis, slack: int) -> bool:
     the loss, which is what a setting that acts through them does."""
     late = 0 if h.kind == Kind.non_finite else slack
     after_updates = _onset(h) > 0 or h.kind == Kind.loss_plateau
-    return h.kind in setting.effects and after_updates and setting.in_force(_onset(h), slack, late)
+    return (
+        h.kind in setting.effects
+        and after_updates
+        and setting.in_force(_onset(h), slack, late)
+        and not falls_without_bound(h)  # no step size makes a loss fall without bound: its sign does
+    )
 
 
 def name_setting(
@@ -124,45 +135,76 @@ def rank(
     settings: Iterable[SettingCause] = (),
     position: Callable[[Origin], int] | None = None,
 ) -> list[Hypothesis]:
-    """The causal model. B is a consequence of A when A is present (confidence >= `presence`), A's kind can
-    cause B's (the CAUSES table; and a wrong setting makes the hypothesis that names it a cause of the others it
-    produced) and A began no later than B (within `slack` steps, plus `loss_window` for a cause the table
-    dates late; a cause that needs training explains nothing present at step 0). Hypotheses are listed
-    causes before their consequences, then by confidence, then by onset and forward position; a consequence
-    names its first cause in `caused_by`, and its confidence (presence) is left as it is."""
+    """The causal model: which hypothesis explains which, drawn only where the trace supports it. A is a
+    cause of B when A is present (confidence >= `presence`), began no later than B (within `slack` steps, plus
+    `loss_window` for a cause the table dates late; a cause that needs training explains nothing present at
+    step 0), their sites are connected (one model, a run-wide hypothesis, or a mechanism that acts from one
+    model on another) and A's mechanism can produce B's signature (the CAUSES table and its conditions on
+    the pair; a wrong setting acts through every update it sized). A link that fails any test is not drawn.
+    A consequence names its first cause in `caused_by` and the evidence in `because`; its confidence
+    (presence) is left as it is. Order: causes before their consequences; among the rest, what is present
+    first, then roots of the user's making (a bug, a setting), then what explains others, then confidence,
+    onset and forward position."""
+
+    def link(cause: Hypothesis, effect: Hypothesis) -> str | None:
+        """The evidence for "cause produced effect", None when the trace does not support it."""
+        entry = CAUSES.get(cause.kind)
+        if entry is None or cause.confidence < presence or not entry.can_cause(cause, effect):
+            return None
+        if entry.needs_training and not effect.origin.step:
+            return None
+        if _onset(cause) > _onset(effect) + slack + (loss_window if entry.dated_late else 0):
+            return None
+        site = _connected(cause, effect, entry.condition(cause, effect))
+        if site is None:
+            return None
+        return f"{_timing(cause, effect)}; {site}; {mechanism(cause, effect)}"
 
     def causes(cause: Hypothesis, effect: Hypothesis) -> bool:
-        """The table's link: present, a kind that can cause the other's, and no later (see above)."""
-        entry = CAUSES.get(cause.kind)
-        return (
-            entry is not None
-            and cause.confidence >= presence
-            and entry.can_cause(cause, effect)
-            and not (entry.needs_training and not effect.origin.step)
-            and _onset(cause) <= _onset(effect) + slack + (loss_window if entry.dated_late else 0)
-        )
+        return link(cause, effect) is not None
 
-    links: list[tuple[int, int]] = []  # (cause, consequence) indexes, the preferred cause first
+    links: list[tuple[int, int, str]] = []  # (cause, consequence, because), the preferred cause first
+    carriers: set[int] = set()
     for setting in settings:
         named = name_setting(setting, hyps, presence, slack, causes)
         if named is not None:
-            links += [(named, j) for j, h in enumerate(hyps) if j != named and _produced_by(setting, h, slack)]
+            carriers.add(named)
+            links += [
+                (named, j, _setting_because(setting, hyps[named], h))
+                for j, h in enumerate(hyps)
+                if j != named and _produced_by(setting, h, slack)
+            ]
     upstream = list(CAUSES)
     for i in sorted(range(len(hyps)), key=lambda i: upstream.index(hyps[i].kind) if hyps[i].kind in CAUSES else 99):
-        links += [(i, j) for j, h in enumerate(hyps) if causes(hyps[i], h)]
+        for j, h in enumerate(hyps):
+            because = link(hyps[i], h) if i != j else None
+            if because is not None:
+                links.append((i, j, because))
 
     parents: list[list[int]] = [[] for _ in hyps]
-    for i, j in links:
+    why: dict[tuple[int, int], str] = {}
+    for i, j, because in links:
         if i != j and i not in parents[j] and not _ancestor(j, i, parents):  # a link that closes a loop loses
             parents[j].append(i)
+            why[(i, j)] = because
     for j, h in enumerate(hyps):
         if parents[j] and h.caused_by is None:
             h.caused_by = hyps[parents[j][0]].kind
-            h.summary += f" Likely a consequence of {h.caused_by.value}."
+            h.because = why[(parents[j][0], j)]
+            h.summary += f" Likely a consequence of {h.caused_by.value} ({h.because})."
 
     where = position or (lambda origin: 0)
+    explains = {i for p in parents for i in p}
     key = [
-        (-h.confidence, h.origin.step if h.origin.step is not None else _LATE, where(h.origin), j)
+        (
+            h.confidence < presence,
+            0 if j in carriers or is_root_kind(h) else 1,
+            j not in explains,
+            -h.confidence,
+            h.origin.step if h.origin.step is not None else _LATE,
+            where(h.origin),
+            j,
+        )
         for j, h in enumerate(hyps)
     ]
     waiting = [len(p) for p in parents]
@@ -180,6 +222,39 @@ def rank(
     for i, h in enumerate(ordered, 1):
         h.rank = i
     return ordered
+
+
+def _timing(cause: Hypothesis, effect: Hypothesis) -> str:
+    a, b = cause.origin.step, effect.origin.step
+    if a is None or b is None:
+        return f"{cause.kind.value} and {effect.kind.value} were both seen"
+    if a <= b:
+        return f"{cause.kind.value} began at step {a}, {effect.kind.value} at step {b}"
+    return f"{cause.kind.value} was seen at step {a}, {effect.kind.value} at step {b} (within one sampling interval)"
+
+
+def _connected(cause: Hypothesis, effect: Hypothesis, condition: str | None) -> str | None:
+    """How the two sites are connected, in words; None when they are not: one model, or a run-wide
+    hypothesis (the loss, the data), or a mechanism that acts across models (a GAN's game)."""
+    a, b = cause.origin, effect.origin
+    if a.root is None or b.root is None:
+        wide = cause if a.root is None else effect
+        return f"{wide.kind.value} concerns the whole run"
+    if a.root == b.root:
+        if a.module and b.module and a.module != b.module:
+            return f"both in {a.root} ({a.module}, {b.module})"
+        return f"both in {a.root}" + (f" ({a.module})" if a.module else "")
+    if condition in CROSS_MODEL:
+        return f"{a.root} and {b.root} are trained against each other"
+    return None
+
+
+def _setting_because(setting: SettingCause, carrier: Hypothesis, effect: Hypothesis) -> str:
+    name = setting.setting.replace("_", " ")
+    return (
+        f"{carrier.kind.value} names the {name}, which acts on every update of every model it trains from step "
+        f"{setting.onset}; {effect.kind.value} began at step {_onset(effect)}, while it was in force"
+    )
 
 
 def _ancestor(a: int, b: int, parents: list[list[int]]) -> bool:
@@ -208,7 +283,7 @@ def steps_observed(run: RunData) -> int:
 
 def explain(run: RunData, min_confidence: float = 0.5) -> Report:
     ctx = build_context(run)
-    hyps = [h for h in (rule(ctx) for rule in RULES) if h is not None]
+    hyps = harm.weigh([h for h in (rule(ctx) for rule in RULES) if h is not None], ctx, min_confidence)
     settings = [s for s in (find(ctx) for find in SETTINGS) if s is not None]
     hyps = rank(
         hyps,

@@ -367,6 +367,7 @@ class Hypothesis(BaseModel):
     suggestions: list[str] = Field(default_factory=list)
     fixes: list[dict[str, Any]] = Field(default_factory=list)  # fixspec.fix(): applicable from outside the script
     caused_by: Kind | None = None
+    because: str | None = None  # the trace evidence the caused_by link rests on
     ranks: list[int] | None = None  # distributed runs: the ranks that show it
 
 
@@ -392,6 +393,8 @@ class Report(BaseModel):
         """The contract's JSON; `ranks` and `origin.rank` only for a distributed run."""
         out = self.model_dump(by_alias=True, mode="json")
         for h in out["hypotheses"]:
+            if h.get("because") is None:
+                h.pop("because", None)
             if h.get("ranks") is None:
                 h.pop("ranks", None)
                 h["origin"].pop("rank", None)

@@ -188,14 +188,15 @@ def test_oversized_updates_name_the_lr_in_the_divergence_it_caused():
         assert k[kind].rank > top.rank
 
 
-def test_the_most_upstream_symptom_names_the_lr():
-    """Gradients exploding with the loss rise (within the sampling slack) are its cause in the table: the
-    explosion states the lr, the divergence ranks below it."""
+def test_the_loss_symptom_names_the_lr():
+    """Gradients exploding with the loss rise: the setting has no kind of its own, so the training-level
+    symptom (the loss's) states it and leads; the explosion follows as what the lr also produced."""
     evs = OVERSIZED + [ev(GRAD, 3, "m0", "healthy", "exploding", "gradient", rms=1e4),
                        ev(LOSS, 2, None, "normal", "diverging", "loss", recent=1e5, start=2.3, best=2.2)]
     hyps = explain(evs, MODELS, optimizer("SGD", 5.0))
-    assert [h.kind for h in hyps] == [Kind.exploding_gradient, Kind.loss_divergence]
-    assert "learning rate is too large" in hyps[0].summary.lower() and hyps[1].caused_by == Kind.exploding_gradient
+    assert [h.kind for h in hyps] == [Kind.loss_divergence, Kind.exploding_gradient]
+    assert "learning rate is too large" in hyps[0].summary.lower() and hyps[1].caused_by == Kind.loss_divergence
+    assert "names the learning rate" in hyps[1].because
 
 
 def test_oversized_updates_without_a_loss_rise_name_the_lr_in_the_dead_units():
@@ -446,16 +447,25 @@ def scheduled(type_="AdamW", points=(), **group):
              "lr_at": [list(p) for p in points]}]
 
 
-def test_the_lr_quoted_is_the_one_in_force_when_the_symptom_began():
+def test_the_lr_quoted_is_the_one_that_drove_the_symptom_with_its_schedule():
     """A warm-up recorded at a tiny first value, and a schedule that multiplied the lr upward: the advice
-    quotes the lr in force at the divergence, not the first value nor the last."""
-    div = [ev(LOSS, 200, None, "normal", "diverging", "loss", recent=1e5, start=2.3, best=2.2)]
+    quotes the largest lr in force while the divergence developed (never the first value, nor a peak that was
+    over before it began), the value when it began, and the schedule's shape."""
     warm = scheduled("SGD", [(0, 1e-4), (50, 0.5), (100, 5.0), (300, 0.5)])
+    shape = "its schedule rises 0.0001 → 5 by step 100, then falls → 0.5"
+    div = [ev(LOSS, 200, None, "normal", "diverging", "loss", recent=1e5, start=2.3, best=2.2)]
     h = by_kind(explain(div, MODELS, warm))[Kind.loss_divergence]
-    assert any(s.startswith("lr=5 with SGD") for s in h.suggestions), h.suggestions
+    assert h.suggestions[0] == f"lr=5 with SGD ({shape}): try 0.01", h.suggestions
     early = [ev(LOSS, 60, None, "normal", "diverging", "loss", recent=1e5, start=2.3, best=2.2)]
     h = by_kind(explain(early, MODELS, warm))[Kind.loss_divergence]
-    assert any(s.startswith("lr=0.5 with SGD") for s in h.suggestions), h.suggestions
+    assert h.suggestions[0] == f"lr=5 with SGD (0.5 when it began at step 60; {shape}): try 0.01", h.suggestions
+    late = [ev(LOSS, 320, None, "normal", "diverging", "loss", recent=1e5, start=2.3, best=2.2)]
+    assert by_kind(explain(late, MODELS, warm))[Kind.loss_divergence].suggestions[0].startswith("lr=0.5 with SGD")
+    # a plateau dated at a warm-up's lr of 0 developed under the lr that followed: no "lr=0, nothing can change"
+    zero = scheduled("AdamW", [(0, 0.0), (10, 1e-3), (20, 2e-3)])
+    flat = [ev(LOSS, 0, None, "normal", "plateau", "loss", recent=2.3, start=2.3, best=2.3)]
+    h = by_kind(explain(flat, MODELS, zero))[Kind.loss_plateau]
+    assert not any("lr=0" in s for s in h.suggestions), h.suggestions
 
 
 def test_weight_decay_collapse_under_a_warmup_is_named_before_any_lr_advice():

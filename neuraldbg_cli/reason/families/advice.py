@@ -28,7 +28,20 @@ def lower_lr(ctx: Context, at: int | None = None) -> list[str]:
     if lr == 0:
         return []  # nothing moves: a learning rate of 0 cannot be what drives this
     target = _lower_target(ctx, opt, lr)
-    return [f"lr={lr:g} with {opt}: try {target:.3g}"]
+    return [f"lr={lr:g} with {opt}{_as_it_acted(ctx, lr, at)}: try {target:.3g}"]
+
+
+def _as_it_acted(ctx: Context, lr: float, at: int | None) -> str:
+    """The lr as the symptom met it, beside the peak quoted: its value when the symptom began (if lower) and
+    the schedule's shape ("rises from 1e-05 to 1 by step 20"), which may itself be the cause."""
+    said = []
+    began = ctx.peak_lr(at, onward=False)
+    if at is not None and began is not None and abs(began[1]) < abs(lr):
+        said.append(f"{began[1]:g} when it began at step {at}")
+    shape = ctx.lr_shape()
+    if shape:
+        said.append(f"its schedule {shape}")
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def _lower_target(ctx: Context, opt: str, lr: float) -> float:

@@ -10,20 +10,29 @@ from neuraldbg_cli.trace.events import Hypothesis, Kind
 
 @dataclass(frozen=True)
 class Causes:
-    """What one kind can cause, and when its onset can be trusted."""
+    """What one kind can cause, and when its onset can be trusted. A link is a claim about the run: each
+    effect says by which mechanism (MECHANISMS) and, where the mechanism needs it, on which condition of the
+    pair (CONDITIONS: the cause's evidence must show it can act that way, the effect's that it is that kind of
+    damage)."""
 
     effects: tuple[Kind, ...]
     dated_late: bool = False  # known only a window of losses in (the oscillation test needs two): its onset
     #                          may be up to `loss_window` steps after the effects it caused
     needs_training: bool = False  # arises from the updates: cannot explain what is present at step 0
-    when: tuple[tuple[Kind, str], ...] = ()  # effects it has only when the cause shows a condition (CONDITIONS)
-    unless: tuple[tuple[Kind, str], ...] = ()  # effects it does not have when the effect shows a condition
+    when: tuple[tuple[Kind, str], ...] = ()  # effects it has only when the pair shows a condition (CONDITIONS)
+    unless: tuple[tuple[Kind, str], ...] = ()  # effects it does not have when the pair shows a condition
 
     def can_cause(self, cause: Hypothesis, effect: Hypothesis) -> bool:
         kind = effect.kind
-        if any(k == kind and CONDITIONS[c](effect) for k, c in self.unless):
+        if any(k == kind and CONDITIONS[c](cause, effect) for k, c in self.unless):
             return False
-        return kind in self.effects or any(k == kind and CONDITIONS[c](cause) for k, c in self.when)
+        return kind in self.effects or any(k == kind and CONDITIONS[c](cause, effect) for k, c in self.when)
+
+    def condition(self, cause: Hypothesis, effect: Hypothesis) -> str | None:
+        """The name of the `when` condition the link rests on (None: the kind's own effect)."""
+        if effect.kind in self.effects:
+            return None
+        return next((c for k, c in self.when if k == effect.kind and CONDITIONS[c](cause, effect)), None)
 
 
 def _outside_optimizer(h: Hypothesis) -> bool:
@@ -64,12 +73,32 @@ def _poisoned(h: Hypothesis) -> bool:
     return any(e.get("to") == "poisoned" for e in h.evidence if e.get("type") == "normalization_health")
 
 
-CONDITIONS: dict[str, Callable[[Hypothesis], bool]] = {
-    "outside_optimizer": _outside_optimizer,
-    "opponent_wins": _opponent_wins,
-    "acts_in_training": _acts_in_training,
-    "acts_in_training_or_not_poisoned": lambda h: _acts_in_training(h) or not _poisoned(h),
+def _non_finite_data(h: Hypothesis) -> bool:
+    """Its evidence shows NaN/Inf values in the data (not merely badly scaled ones)."""
+    return any(e.get("type") == "data_anomaly" and e.get("to") == "non_finite" for e in h.evidence)
+
+
+def falls_without_bound(h: Hypothesis) -> bool:
+    """A divergence of a loss that falls below zero without bound: the objective rewards what grows (a term
+    with the wrong sign), which no learning rate or blow-up explains; it drives the blow-up instead."""
+    return h.kind == Kind.loss_divergence and any(e.get("fall_factor") is not None for e in h.evidence)
+
+
+Pair = Callable[[Hypothesis, Hypothesis], bool]
+CONDITIONS: dict[str, Pair] = {
+    "outside_optimizer": lambda c, e: _outside_optimizer(c),
+    "opponent_wins": lambda c, e: _opponent_wins(c),
+    "effect_opponent_wins": lambda c, e: _opponent_wins(e),
+    "acts_in_training": lambda c, e: _acts_in_training(c),
+    "effect_acts_in_training": lambda c, e: _acts_in_training(e),
+    "effect_acts_or_clean": lambda c, e: _acts_in_training(e) or not _poisoned(e),
+    # NaN/Inf in a batch writes NaN into a training-mode BatchNorm's running statistics; badly scaled inputs
+    # cannot put a layer in eval mode, nor freeze or poison its statistics
+    "poisons_norm": lambda c, e: _non_finite_data(c) and _poisoned(e),
+    "sign_error": lambda c, e: falls_without_bound(c),
+    "effect_sign_error": lambda c, e: falls_without_bound(e),
 }
+CROSS_MODEL = {"opponent_wins"}  # conditions whose mechanism acts from one model on another (a GAN's game)
 # what a normalisation fault that acts in training causes: the layers after it see badly scaled values
 _NORM_EFFECTS = (
     Kind.non_finite,
@@ -82,7 +111,8 @@ _NORM_EFFECTS = (
     Kind.vanishing_gradient,
     Kind.loss_plateau,
 )
-_DRIFT = ((Kind.normalization_fault, "acts_in_training"),)  # (`unless`: a blow-up causes a drift only)
+_DRIFT = ((Kind.normalization_fault, "effect_acts_in_training"),)  # (`unless`: a blow-up causes a drift only)
+_SIGN = ((Kind.loss_divergence, "effect_sign_error"),)  # a loss falling without bound is its own cause (its sign)
 
 
 CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the first cause that holds
@@ -106,8 +136,9 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
             Kind.dead_activation,
             Kind.loss_plateau,
             Kind.vanishing_gradient,
-            Kind.normalization_fault,  # a non-finite batch poisons BatchNorm's running statistics
-        )
+        ),
+        when=((Kind.normalization_fault, "poisons_norm"),),
+        unless=_SIGN,
     ),
     # frozen or poisoned normalisation: the layers after it see badly scaled values, the loss stalls or swings
     Kind.normalization_fault: Causes((), when=tuple((k, "acts_in_training") for k in _NORM_EFFECTS)),
@@ -124,22 +155,22 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
             Kind.attention_collapse,
             Kind.normalization_fault,
         ),
-        unless=_DRIFT,
+        unless=_DRIFT + _SIGN,
     ),
     # saturated units squash the gradient behind them; but a vanished gradient of a model beaten outright by
     # its opponent is the cause of that opponent's sure (saturated) output, not its effect
     Kind.saturated_activation: Causes(
-        (Kind.vanishing_gradient, Kind.loss_plateau), unless=((Kind.vanishing_gradient, "opponent_wins"),)
+        (Kind.vanishing_gradient, Kind.loss_plateau), unless=((Kind.vanishing_gradient, "effect_opponent_wins"),)
     ),
     Kind.dead_activation: Causes((Kind.no_gradient, Kind.vanishing_gradient, Kind.loss_plateau)),
-    Kind.vanishing_gradient: Causes(
-        (Kind.loss_plateau, Kind.unchanged_weights), when=((Kind.saturated_activation, "opponent_wins"),)
-    ),
+    Kind.vanishing_gradient: Causes((Kind.loss_plateau,), when=((Kind.saturated_activation, "opponent_wins"),)),
     # a parameter left out of the optimizer keeps the factors multiplied by it at exactly zero gradient
-    # (LoRA's A while B stays 0, a gate that stays closed): then it comes before no_gradient. Weights that
-    # stand still inside the optimizer are a symptom (dead units upstream), not that cause
+    # (LoRA's A while B stays 0, a gate that stays closed): then it comes before no_gradient. Nothing in the
+    # network causes unchanged weights: they are reported only while they receive gradients (weights that get
+    # none are the gradient kinds' story), so only a step never taken, an optimizer that does not hold them or
+    # an lr of 0 leaves them bit-identical: a bug of the loop, a root
     Kind.unchanged_weights: Causes((Kind.loss_plateau,), when=((Kind.no_gradient, "outside_optimizer"),)),
-    Kind.no_gradient: Causes((Kind.loss_plateau, Kind.unchanged_weights)),
+    Kind.no_gradient: Causes((Kind.loss_plateau,)),
     # a blow-up that wrecks the weights leaves saturated/dead units, faded gradients and a stalled loss
     Kind.loss_divergence: Causes(
         (
@@ -153,6 +184,7 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
             Kind.attention_collapse,
             Kind.normalization_fault,
         ),
+        when=((Kind.exploding_gradient, "sign_error"),),  # the objective rewards growth: gradients grow with it
         unless=_DRIFT,
     ),
     # a wild optimizer pins bounded units at their rails and now and then zeroes whole layers' gradients
@@ -172,7 +204,8 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
             Kind.loss_plateau,
             Kind.unstable_loss,
             Kind.loss_divergence,
-        )
+        ),
+        unless=_SIGN,
     ),
     # attention logits that grow without bound: loss spikes and divergence, large gradients, overflow; rows
     # collapsed to one key pass no gradient and the loss stalls
@@ -183,12 +216,60 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
             Kind.exploding_gradient,
             Kind.non_finite,
             Kind.loss_plateau,
-        )
+        ),
+        unless=_SIGN,
     ),
     # last (any other cause of both is named first): a NaN/Inf that reached the weights (a non-finite gradient
     # applied by the step) makes every later forward non-finite, and a training-mode BatchNorm writes it into
     # its running statistics; those, written but not read in training, cause nothing back (see _eval_only)
     Kind.non_finite: Causes(
-        (Kind.normalization_fault,), unless=((Kind.normalization_fault, "acts_in_training_or_not_poisoned"),)
+        (Kind.normalization_fault,), unless=((Kind.normalization_fault, "effect_acts_or_clean"),)
     ),
 }
+
+# How a cause produces an effect, in words (the `because` of a drawn link): (cause, effect) first, then the
+# cause's general mechanism
+_HOW: dict[tuple[Kind, Kind | None], str] = {
+    (Kind.loss_misuse, None): "the loss as called cannot be minimised the way training needs",
+    (Kind.data_anomaly, Kind.normalization_fault): "NaN/Inf in a batch is written into the running statistics",
+    (Kind.data_anomaly, None): "every forward pass starts from these values",
+    (Kind.normalization_fault, None): "the layers after it receive values it failed to normalise",
+    (Kind.exploding_gradient, Kind.non_finite): "gradients that large overflow",
+    (Kind.exploding_gradient, None): "updates sized by gradients that large throw the weights out of scale",
+    (Kind.saturated_activation, None): "saturated units pass almost no gradient back",
+    (Kind.dead_activation, None): "dead units pass no gradient back",
+    (Kind.vanishing_gradient, Kind.saturated_activation): "the model beaten outright stops pushing back, so its "
+    "opponent's output saturates",
+    (Kind.vanishing_gradient, None): "layers that get almost no gradient barely learn",
+    (Kind.unchanged_weights, None): "weights that never change cannot lower the loss",
+    (Kind.no_gradient, None): "parameters that get no gradient never learn",
+    (Kind.loss_divergence, Kind.exploding_gradient): "a loss that rewards growth makes the outputs and their "
+    "gradients grow with it",
+    (Kind.loss_divergence, None): "the blow-up wrecked the weights",
+    (Kind.unstable_loss, None): "the optimizer's wild steps throw units and statistics out of range",
+    (Kind.residual_imbalance, None): "the residual stream is out of balance in every block after it",
+    (Kind.attention_collapse, None): "attention logits that grow without bound swing the loss and its gradients",
+    (Kind.non_finite, None): "NaN/Inf in the weights reaches every later forward pass",
+}
+
+
+def mechanism(cause: Hypothesis, effect: Hypothesis) -> str:
+    """How `cause` produces `effect` (the link's mechanism, as the table allows it)."""
+    return _HOW.get((cause.kind, effect.kind)) or _HOW.get((cause.kind, None)) or "its mechanism reaches it"
+
+
+# Kinds that name something the user did (a bug in the loss call or the loop, a layer in the wrong mode,
+# parameters no optimizer moves, broken data), not a state the network got into: a root, when nothing
+# present explains it, comes before the states of the network
+_ROOT_KINDS = {Kind.loss_misuse, Kind.unchanged_weights, Kind.no_gradient}
+
+
+def is_root_kind(h: Hypothesis) -> bool:
+    """Whether `h` names a bug or broken data rather than a state of the network (see _ROOT_KINDS): also a
+    normalisation fault that acts in training (a layer left in eval mode, frozen statistics), NaN/Inf in the
+    data and a loss that falls without bound (a term with the wrong sign)."""
+    if h.kind in _ROOT_KINDS or falls_without_bound(h):
+        return True
+    if h.kind == Kind.normalization_fault:
+        return _acts_in_training(h)
+    return h.kind == Kind.data_anomaly and _non_finite_data(h)

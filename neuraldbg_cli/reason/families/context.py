@@ -138,7 +138,9 @@ class Context:
         """(optimizer type, param group) for every group of every optimizer seen."""
         return [(opt, g) for opt, g, _ in self.group_lrs()]
 
-    def group_lrs(self, at: int | None = None) -> list[tuple[str, dict[str, Any], float | None]]:
+    def group_lrs(
+        self, at: int | None = None, onward: bool = True
+    ) -> list[tuple[str, dict[str, Any], float | None]]:
         """(optimizer type, param group, its lr) for every group: the lr in force around step `at` (see
         lrs_in_force), or its largest over the run when `at` is None; without a recorded history (a run cut
         short, a tensor lr), the larger of its described lr and its schedule's initial_lr."""
@@ -148,7 +150,7 @@ class Context:
             seen = _lr_history(opt.get("lr_at"), len(groups))
             for i, g in enumerate(groups):
                 if seen:
-                    lr: float | None = _in_force([(p[0], p[1 + i]) for p in seen], at, self.every)
+                    lr: float | None = _in_force([(p[0], p[1 + i]) for p in seen], at, self.every, onward)
                 else:
                     lrs = [float(g[k]) for k in ("lr", "initial_lr") if _number(g.get(k))]
                     lr = max(lrs, key=abs) if lrs else None
@@ -159,12 +161,25 @@ class Context:
         """The first group's (optimizer type, lr): its largest over the run (0 only if it never moved)."""
         return next(((opt, lr) for opt, _, lr in self.group_lrs() if lr is not None), None)
 
-    def peak_lr(self, at: int | None = None) -> tuple[str, float] | None:
+    def lr_shape(self) -> str | None:
+        """The schedule of the group with the largest lr, in words (schedule_shape), None when constant."""
+        best: tuple[float, str] | None = None
+        for opt in self.optimizers:
+            groups = [g for g in opt.get("groups") or [] if isinstance(g, dict)]
+            seen = _lr_history(opt.get("lr_at"), len(groups))
+            for i in range(len(groups)):
+                points = [(p[0], p[1 + i]) for p in seen]
+                shape = schedule_shape(points)
+                if shape is not None and (best is None or max(abs(v) for _, v in points) > best[0]):
+                    best = (max(abs(v) for _, v in points), shape)
+        return best[1] if best else None
+
+    def peak_lr(self, at: int | None = None, onward: bool = True) -> tuple[str, float] | None:
         """The largest learning rate of any group: in force while a symptom that began at step `at` developed
         (never a warm-up's tiny first value, nor the initial value of a schedule that multiplied it upward),
         or over the whole run when `at` is None: the one that makes a run diverge."""
         best: tuple[str, float] | None = None
-        for opt, _, lr in self.group_lrs(at):
+        for opt, _, lr in self.group_lrs(at, onward):
             if lr is not None and (best is None or abs(lr) > abs(best[1])):
                 best = (opt, lr)
         return best
@@ -178,15 +193,34 @@ def _lr_history(points: object, groups: int) -> list[list[float]]:
     return sorted(ok, key=lambda p: p[0]) if len(ok) == len(points) else []
 
 
-def _in_force(points: list[tuple[float, float]], at: int | None, slack: int) -> float:
-    """The largest lr in force from `at - slack` to `at + slack` (the sampling interval that dates a symptom):
-    the one recorded last before that window and those recorded in it. `at` None: the largest of all."""
+def _in_force(points: list[tuple[float, float]], at: int | None, slack: int, onward: bool = True) -> float:
+    """The largest lr in force from `at - slack` on (the sampling interval that dates a symptom, and all that
+    followed while it developed): the one recorded last before that window and those recorded since. A
+    symptom dated at a warm-up's first steps grew under the lr the warm-up reached, and one dated at a
+    schedule's lr of 0 developed under the lr that followed. `onward` False: only up to `at + slack` (the lr
+    in force as it began). `at` None: the largest of all."""
     if at is None:
         return max((lr for _, lr in points), key=abs)
     before = [lr for step, lr in points if step <= at - slack]
-    inside = [lr for step, lr in points if at - slack < step <= at + slack]
-    window = before[-1:] + inside or [points[0][1]]
+    since = [lr for step, lr in points if step > at - slack and (onward or step <= at + slack)]
+    window = before[-1:] + since or [points[0][1]]
     return max(window, key=abs)
+
+
+def schedule_shape(points: list[tuple[float, float]]) -> str | None:
+    """The shape of one group's lr schedule in words ("rises 1e-05 → 1 by step 20", "falls 0.1 → 0.001"), None
+    for a constant lr: the advice quotes it beside the lr, as it may itself be the cause. (Arrows, not "to":
+    advice is read as "lr=X ... try Y", and a value after "to" reads as a proposal.)"""
+    if len(points) < 2:
+        return None
+    first, last = points[0][1], points[-1][1]
+    top_step, top = max(points, key=lambda p: abs(p[1]))
+    if abs(top) >= 2 * abs(first) and top_step > points[0][0]:
+        shape = f"rises {first:g} → {top:g} by step {int(top_step)}"
+        return shape + (f", then falls → {last:g}" if abs(last) <= abs(top) / 2 else "")
+    if abs(last) <= abs(first) / 2:
+        return f"falls {first:g} → {last:g}"
+    return None
 
 
 def _number(value: object) -> bool:

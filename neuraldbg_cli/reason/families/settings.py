@@ -62,6 +62,11 @@ def learning_rate_setting(ctx: Context) -> SettingCause | None:
         # weights shrinking under the decay change by a large fraction of their (vanishing) size each step:
         # that is the decay, which weight_decay_setting names first; an lr in its usual range is no cause
         return None
+    falls = [e for e in ctx.select(to=["diverging"]) if e.metrics.get("fall_factor") is not None]
+    if falls and not _lr_above_usual(ctx, onset):
+        # a loss that falls without bound rewards growth (a term with the wrong sign): weights that grow with
+        # it make every update large against them; an lr in its usual range is no cause (nor its cure)
+        return None
     ratios = [r for r in map(_ratio, evs) if r is not None]
     size = f"{100 * max(ratios):.3g}% of their size" if ratios else "a large fraction of their size"
     fix = next(iter(lower_lr(ctx, onset)), "lower the learning rate")
@@ -70,8 +75,9 @@ def learning_rate_setting(ctx: Context) -> SettingCause | None:
         onset,
         f"the learning rate is too large: each step changes the weights by {size} (healthy: about 0.1%)",
         fix,
-        (
-            (Kind.loss_divergence, Kind.unstable_loss, Kind.exploding_gradient),
+        (  # the loss's symptom first: what the user sees, and what the setting acts on through every update
+            (Kind.loss_divergence, Kind.unstable_loss),
+            (Kind.exploding_gradient,),
             (
                 Kind.dead_activation,
                 Kind.saturated_activation,
@@ -129,11 +135,12 @@ def weight_decay_setting(ctx: Context) -> SettingCause | None:
         onset,
         f"weight decay collapses the weights: weight_decay={wd:g} with {opt} shrinks them toward 0 from step {onset}",
         text,
-        # a flat loss is what the user sees; then weights too small to pass a gradient on or
-        # to move; "no gradient" and dead units (a detach, a ReLU) are the least direct readings
+        # a flat (or, under SGD's pull between the loss and the decay, climbing) loss is what the user sees;
+        # then weights too small to pass a gradient on or to move; "no gradient" and dead units (a detach, a
+        # ReLU) are the least direct readings
         (
-            (Kind.loss_plateau,),
-            (Kind.vanishing_gradient, Kind.unchanged_weights),
+            (Kind.loss_plateau, Kind.loss_divergence, Kind.unstable_loss),
+            (Kind.vanishing_gradient, Kind.unchanged_weights, Kind.exploding_gradient),
             (Kind.no_gradient, Kind.dead_activation),
         ),
         _evidence(evs, 3),

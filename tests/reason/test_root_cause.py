@@ -1,0 +1,155 @@
+"""Root cause first, links only where the trace supports them, no alarm without harm (issue 30). Hand-made
+event lists through the real reasoner (rules, settings, harm, rank): each test is one pattern seen on public
+training code, and the link or order that must (or must not) be drawn."""
+from __future__ import annotations
+
+from test_advice import ACT, GRAD, LOSS, MODELS, UPD, by_kind, ev, model, optimizer
+
+from neuraldbg_cli.reason import harm
+from neuraldbg_cli.reason.families import RULES
+from neuraldbg_cli.reason.families.context import Context
+from neuraldbg_cli.reason.families.settings import SETTINGS
+from neuraldbg_cli.reason.reasoner import rank
+from neuraldbg_cli.trace.events import Kind
+
+NORM = ("normalization_health", "norm")
+
+
+def explain(events, models=(), optimizers=(), every=10, presence=0.5):
+    ctx = Context(events=list(events), models=list(models), optimizers=list(optimizers), every=every)
+    hyps = harm.weigh([h for h in (r(ctx) for r in RULES) if h is not None], ctx, presence)
+    settings = [s for s in (f(ctx) for f in SETTINGS) if s is not None]
+    return rank(hyps, slack=every, loss_window=ctx.loss_window, presence=presence, settings=settings,
+                position=lambda o: ctx.position(o.root, o.module))
+
+
+def summary(step, first, last):
+    return ev("run_summary", step, None, "", "", "run", root=None, first_loss=first, last_loss=last, steps=step)
+
+
+def assert_links_have_evidence(hyps):
+    """Every drawn link names a present cause and says what it rests on (onsets, sites, mechanism)."""
+    present = {h.kind: h for h in hyps if h.confidence >= 0.5}
+    for h in hyps:
+        if h.caused_by is None:
+            assert h.because is None
+            continue
+        cause = present[h.caused_by]
+        assert h.because and f"{cause.kind.value} " in h.because and h.kind.value in h.because
+        assert cause.rank < h.rank
+
+
+def test_un_normalised_inputs_cannot_put_a_batchnorm_in_eval_mode():
+    """Raw pixels and a BatchNorm left in eval mode (frozen statistics) under a stalled loss: the eval-mode
+    layer is not a consequence of the inputs (scaled inputs cannot change a layer's mode) and, a bug of the
+    user's making, it leads."""
+    models = model("Conv2d", "BatchNorm2d", "ReLU", "Linear")
+    evs = [
+        ev("data_anomaly", 0, None, "normal", "extreme_scale", "input", root="Net", mean=120.0, std=70.0, min=0.0,
+           max=255.0),
+        ev(NORM[0], 1, "m1", "normal", "eval_mode", NORM[1], training=0.0, running_initial=1.0),
+        ev(LOSS, 5, None, "normal", "plateau", "loss", recent=2.3, start=2.3, best=2.29),
+    ]
+    hyps = explain(evs, models, optimizer("SGD", 0.01))
+    k = by_kind(hyps)
+    assert k[Kind.normalization_fault].caused_by is None
+    assert hyps[0].kind == Kind.normalization_fault
+    assert_links_have_evidence(hyps)
+
+
+def test_nan_inputs_do_poison_running_statistics():
+    models = model("Linear", "BatchNorm1d", "ReLU", "Linear")
+    evs = [
+        ev("data_anomaly", 3, None, "normal", "non_finite", "input", root="Net"),
+        ev(NORM[0], 3, "m1", "normal", "poisoned", NORM[1], training=0.0),
+    ]
+    hyps = explain(evs, models, optimizer())
+    k = by_kind(hyps)
+    assert k[Kind.normalization_fault].caused_by == Kind.data_anomaly
+    assert "running statistics" in k[Kind.normalization_fault].because
+    assert_links_have_evidence(hyps)
+
+
+def test_an_optimizer_never_stepped_is_not_a_consequence_of_another_models_fading_gradient():
+    """Two models, each with its own optimizer: the encoder's gradient fades, the decoder's weights stay
+    bit-identical although they receive gradients. The fade cannot freeze weights that get gradients, let
+    alone another model's: the still weights are a root, and they lead."""
+    models = model("Linear", "Tanh", "Linear", name="Encoder") + model("Linear", "ReLU", "Linear", name="Decoder")
+    evs = [
+        ev(GRAD, 1, "m0", "healthy", "vanishing", "gradient", root="Encoder", rms=1e-12, ratio_to_max=1e-9),
+        ev(UPD, 10, "m0", "updating", "unchanged", "weights", root="Decoder", in_optimizer=1.0),
+        ev(UPD, 10, "m2", "updating", "unchanged", "weights", root="Decoder", in_optimizer=1.0),
+    ]
+    hyps = explain(evs, models, optimizer("Adam", 1e-3) + optimizer("Adam", 1e-3))
+    k = by_kind(hyps)
+    assert k[Kind.unchanged_weights].caused_by is None
+    assert hyps[0].kind == Kind.unchanged_weights
+    assert_links_have_evidence(hyps)
+
+
+def test_a_loss_that_falls_without_bound_leads_its_explosion():
+    """A loss term with the wrong sign: the loss falls below zero without bound, gradients and updates grow
+    with it. The sign leads, the explosion is its consequence, and no lr advice comes first."""
+    evs = [ev(UPD, s, "m0", "updating", "oversized", "weights", update_ratio=0.5) for s in (10, 20)] + [
+        ev(GRAD, 4, "m0", "healthy", "exploding", "gradient", rms=1e3),
+        ev(LOSS, 5, None, "normal", "diverging", "loss", recent=-1e8, start=30.0, best=-1e8, fall_factor=3e6),
+    ]
+    hyps = explain(evs, MODELS, optimizer("Adam", 1e-3))
+    assert hyps[0].kind == Kind.loss_divergence and "without bound" in hyps[0].summary
+    assert "sign" in hyps[0].suggestions[0] and "learning rate is too large" not in hyps[0].summary
+    k = by_kind(hyps)
+    assert k[Kind.exploding_gradient].caused_by == Kind.loss_divergence
+    assert "grow" in k[Kind.exploding_gradient].because
+    assert_links_have_evidence(hyps)
+
+
+def test_a_weight_decay_of_one_is_named_in_the_loss_symptom_it_produced():
+    """SGD with weight_decay=1: the weights collapse and the loss climbs. The decay is the root: the loss's
+    symptom carries it, its fix first, and lowering weight_decay is the first suggestion."""
+    evs = [ev(UPD, s, m, "updating", "collapsing", "weights", weight_ratio=0.05) for s in (5, 15) for m in ("m0", "m2")]
+    evs.append(ev(LOSS, 8, None, "normal", "diverging", "loss", recent=6.7, start=2.3, best=2.2))
+    hyps = explain(evs, MODELS, optimizer("SGD", 0.1, weight_decay=1.0))
+    assert hyps[0].kind == Kind.loss_divergence
+    assert "weight decay collapses the weights" in hyps[0].summary.lower()
+    assert hyps[0].suggestions[0].startswith("lower weight_decay (1 with SGD)")
+
+
+def test_a_huge_lr_is_named_in_the_loss_symptom_not_in_the_architecture_damage():
+    """lr far too large: oversized updates, a residual branch thrown out of scale and a diverging loss. The
+    loss's symptom states the lr and leads; the residual imbalance follows as its consequence."""
+    evs = [ev(UPD, s, m, "updating", "oversized", "weights", update_ratio=0.9) for s in (1, 11) for m in ("m0", "m2")]
+    evs += [
+        ev("residual_health", 2, "m1", "normal", "swamping", "residual", ratio=40.0),
+        ev(LOSS, 3, None, "normal", "diverging", "loss", recent=1e4, start=2.3, best=2.2),
+    ]
+    hyps = explain(evs, MODELS, optimizer("Adam", 1.0))
+    assert hyps[0].kind == Kind.loss_divergence and "learning rate is too large" in hyps[0].summary.lower()
+    assert hyps[0].suggestions[0].startswith("lr=1 with Adam: try")
+    assert_links_have_evidence(hyps)
+
+
+def test_a_gradient_grown_from_near_zero_under_adam_is_a_note_while_the_loss_falls():
+    evs = [
+        ev(GRAD, 20, "m0", "healthy", "exploding", "gradient", rms=3e-5),
+        ev(GRAD, 20, "m2", "healthy", "exploding", "gradient", rms=4e-4),
+        summary(300, 2.3, 0.4),
+    ]
+    hyps = explain(evs, MODELS, optimizer("AdamW", 1e-3))
+    h = by_kind(hyps)[Kind.exploding_gradient]
+    assert h.confidence < 0.5 and "not harmed" in h.summary
+    # the same growth with updates far out of scale (or a loss that blows up) counts
+    big = evs + [ev(UPD, 20, "m0", "updating", "oversized", "weights", update_ratio=0.9)]
+    big += [ev(LOSS, 21, None, "normal", "diverging", "loss", recent=1e4, start=2.3, best=2.2)]
+    assert by_kind(explain(big, MODELS, optimizer("AdamW", 1e-3)))[Kind.exploding_gradient].confidence >= 0.5
+
+
+def test_raw_pixels_into_a_run_that_learns_are_a_note_and_a_nan_never_is():
+    models = model("Conv2d", "BatchNorm2d", "ReLU", "Linear")
+    raw = [ev("data_anomaly", 0, None, "normal", "extreme_scale", "input", root="Net", mean=120.0, std=70.0, min=0.0,
+              max=255.0), summary(200, 2.3, 0.3)]
+    h = by_kind(explain(raw, models, optimizer("SGD", 0.01)))[Kind.data_anomaly]
+    assert h.confidence < 0.5 and "fell from 2.3 to 0.3" in h.summary and h.suggestions  # a note, with its advice
+    stalled = raw[:1] + [summary(200, 2.3, 2.29)]
+    assert by_kind(explain(stalled, models, optimizer("SGD", 0.01)))[Kind.data_anomaly].confidence >= 0.5
+    nan = [ev("data_anomaly", 3, None, "normal", "non_finite", "input", root="Net"), summary(200, 2.3, 0.3)]
+    assert by_kind(explain(nan, models, optimizer("SGD", 0.01)))[Kind.data_anomaly].confidence >= 0.9
