@@ -208,8 +208,20 @@ def decoupled_decay(optimizer_type: str) -> bool:
 
 # optimizers whose step is normalised per parameter by a running scale of its gradient (Adam's family, RMSprop,
 # Adagrad, Adadelta, Adafactor) or by its sign (Lion, Rprop): a gradient's size alone does not size the step
-ADAPTIVE_PREFIX = ("adam", "nadam", "radam", "fusedadam", "lamb", "lion", "rmsprop", "adagrad", "adadelta", "adafactor",
-                   "rprop", "sparseadam")
+ADAPTIVE_PREFIX = (
+    "adam",
+    "nadam",
+    "radam",
+    "fusedadam",
+    "lamb",
+    "lion",
+    "rmsprop",
+    "adagrad",
+    "adadelta",
+    "adafactor",
+    "rprop",
+    "sparseadam",
+)
 
 
 def adaptive(optimizer_type: str) -> bool:

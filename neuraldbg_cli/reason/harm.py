@@ -65,9 +65,7 @@ def _trained(ctx: Context) -> str | None:
 
 
 def _optimizer_of(ctx: Context, h: Hypothesis) -> str:
-    types = sorted(
-        {str(o.get("type")) for o in ctx.optimizers if h.origin.root in (o.get("roots") or [h.origin.root])}
-    )
+    types = sorted({str(o.get("type")) for o in ctx.optimizers if h.origin.root in (o.get("roots") or [h.origin.root])})
     return "/".join(types) or "optimizer"
 
 

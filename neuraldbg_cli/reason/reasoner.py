@@ -191,7 +191,7 @@ def rank(
         if parents[j] and h.caused_by is None:
             h.caused_by = hyps[parents[j][0]].kind
             h.because = why[(parents[j][0], j)]
-            h.summary += f" Likely a consequence of {h.caused_by.value} ({h.because})."
+            h.summary += f" Likely a consequence of {h.caused_by.value}."
 
     where = position or (lambda origin: 0)
     explains = {i for p in parents for i in p}

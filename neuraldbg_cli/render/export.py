@@ -113,7 +113,7 @@ def verdict_text(report: Report) -> str:
     lines += [f"*warning: {w}*" for w in report.warnings]
     for h in report.hypotheses:
         where = f" at **{h.origin.module}**" if h.origin.module else ""
-        cause = f", caused by `{h.caused_by.value}`" if h.caused_by else ""
+        cause = f", caused by `{h.caused_by.value}`" + (f" ({h.because})" if h.because else "") if h.caused_by else ""
         lines.append(
             f"{h.rank}. `{h.kind.value}` ({h.confidence:.2f}){where}, step {h.origin.step}{cause}: {h.summary}"
         )

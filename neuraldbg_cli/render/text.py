@@ -29,6 +29,8 @@ def render(report: Report, checked: list[Kind], min_confidence: float) -> str:
             )
         lines.append(f"#{h.rank} {h.kind.value}  confidence {h.confidence:.2f}{where}, from step {h.origin.step}")
         lines.append(f"   {h.summary}")
+        if h.caused_by and h.because:
+            lines.append(f"   consequence of {h.caused_by.value}, because: {h.because}")
         if h.propagation:
             lines.append(
                 "   propagation: " + " -> ".join(h.propagation[:10]) + (" …" if len(h.propagation) > 10 else "")

@@ -222,9 +222,7 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
     # last (any other cause of both is named first): a NaN/Inf that reached the weights (a non-finite gradient
     # applied by the step) makes every later forward non-finite, and a training-mode BatchNorm writes it into
     # its running statistics; those, written but not read in training, cause nothing back (see _eval_only)
-    Kind.non_finite: Causes(
-        (Kind.normalization_fault,), unless=((Kind.normalization_fault, "effect_acts_or_clean"),)
-    ),
+    Kind.non_finite: Causes((Kind.normalization_fault,), unless=((Kind.normalization_fault, "effect_acts_or_clean"),)),
 }
 
 # How a cause produces an effect, in words (the `because` of a drawn link): (cause, effect) first, then the

@@ -138,9 +138,7 @@ class Context:
         """(optimizer type, param group) for every group of every optimizer seen."""
         return [(opt, g) for opt, g, _ in self.group_lrs()]
 
-    def group_lrs(
-        self, at: int | None = None, onward: bool = True
-    ) -> list[tuple[str, dict[str, Any], float | None]]:
+    def group_lrs(self, at: int | None = None, onward: bool = True) -> list[tuple[str, dict[str, Any], float | None]]:
         """(optimizer type, param group, its lr) for every group: the lr in force around step `at` (see
         lrs_in_force), or its largest over the run when `at` is None; without a recorded history (a run cut
         short, a tensor lr), the larger of its described lr and its schedule's initial_lr."""

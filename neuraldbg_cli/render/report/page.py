@@ -76,7 +76,8 @@ def _hypothesis(h: Hypothesis, link: Link | None) -> str:
         f"<p class='where'>{where}{when}</p><p>{escape(h.summary)}</p>",
     ]
     if h.caused_by:
-        parts.append(f"<p>likely a consequence of <b>{escape(h.caused_by.value)}</b></p>")
+        because = f": {escape(h.because)}" if h.because else ""
+        parts.append(f"<p>likely a consequence of <b>{escape(h.caused_by.value)}</b>{because}</p>")
     if h.propagation:
         parts.append(f"<p>propagation: {' → '.join(escape(p) for p in h.propagation)}</p>")
     if h.evidence:
