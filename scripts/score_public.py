@@ -235,7 +235,7 @@ def verdict(row: dict) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-k", default="", help="only cases whose name contains this")
+    ap.add_argument("-k", action="append", default=[], help="only cases whose name contains this (repeatable: any)")
     ap.add_argument("-j", type=int, default=1, help="cases run in parallel (default 1: one training at a time)")
     ap.add_argument("--plain", action="store_true", help="run the plain scripts only (to decide the labels)")
     ap.add_argument("--check-plain", action="store_true", help="also rerun the plain script and compare exit status")
@@ -245,7 +245,7 @@ def main() -> int:
     ap.add_argument("--keep", help="keep the work folders (repo copy, data, run dir) under this folder")
     ap.add_argument("--list", action="store_true", help="list the cases and their labels; run nothing")
     args = ap.parse_args()
-    cases = [c for c in load_cases() if args.k in c["name"]]
+    cases = [c for c in load_cases() if not args.k or any(k in c["name"] for k in args.k)]
     if args.list:
         for c in cases:
             lab = c["label"]
