@@ -133,6 +133,15 @@ def harmful_advice(hyps: list[dict], label: dict) -> list[str]:
     return out
 
 
+def bad_links(report: dict) -> list[str]:
+    """The report's "likely a consequence of" links that do not hold up (reasoner.unsupported_links)."""
+    sys.path.insert(0, str(ROOT))
+    from neuraldbg_cli.reason.reasoner import unsupported_links
+    from neuraldbg_cli.trace.events import Report
+
+    return unsupported_links(Report.model_validate(report), THRESHOLD)
+
+
 def origin_ok(origin: str | None, accepted: list) -> bool:
     for a in accepted:
         if a is None and origin is None:
@@ -158,6 +167,7 @@ def judge(result: dict, label: dict) -> dict:
         out["steps_expected"], out["steps_observed"] = want, result["report"].get("steps_observed")
         out["steps_ok"] = want is not None and out["steps_observed"] == want
     out["harmful"] = harmful_advice(result["report"]["hypotheses"], label)
+    out["bad_links"] = bad_links(result["report"])
     if out["healthy"]:
         out["false_alarm"] = bool(strong)
         return out
@@ -243,6 +253,8 @@ def main() -> int:
                 "" if r.get("mention", True) else " (not named)")
         if r.get("harmful"):
             verdict += f" HARMFUL ADVICE: {r['harmful'][0][:80]}"
+        if r.get("bad_links"):
+            verdict += f" BAD LINK: {r['bad_links'][0][:80]}"
         steps_s = ""
         if with_steps:
             steps_s = ("-" if "steps_expected" not in r else
@@ -270,7 +282,8 @@ def main() -> int:
                f"step-window {pct(sum(r.get('step', False) for r in detected), len(detected))} | "
                f"false alarms {sum(r.get('false_alarm', False) for r in healthy)}/{len(healthy)} | "
                f"crashes {sum('crash' in r for r in rows)} | "
-               f"precision@>=0.8 {pct(hi_right, len(hi))} | ")
+               f"precision@>=0.8 {pct(hi_right, len(hi))} | "
+               f"unsupported links {sum(len(r.get('bad_links', [])) for r in rows)} | ")
     if extra:
         counted = [r for r in rows if "steps_expected" in r]
         summary += (f"steps {sum(r['steps_ok'] for r in counted)}/{len(counted)} | "

@@ -395,3 +395,29 @@ def kinds_checked(fail_on: list[str]) -> list[Kind]:
     if not fail_on or "any" in fail_on:
         return list(Kind)
     return [Kind(k) for k in fail_on]
+
+
+def unsupported_links(report: Report, min_confidence: float = 0.5) -> list[str]:
+    """The "likely a consequence of" links of a report that do not hold up: no evidence given, a cause that
+    is not present or not listed above its consequence, a cause that began after it, or sites in two models
+    with no mechanism across them. Empty for every report `explain` makes (scored on each suite run)."""
+    bad = []
+    for h in report.hypotheses:
+        if h.caused_by is None:
+            continue
+        cause = next((c for c in report.hypotheses if c.kind == h.caused_by and c.rank < h.rank), None)
+        name = f"{h.kind.value} <- {h.caused_by.value}"
+        if not h.because:
+            bad.append(f"{name}: no evidence given")
+        elif cause is None or cause.confidence < min_confidence:
+            bad.append(f"{name}: the cause is not present above it")
+        elif f"{cause.kind.value} " not in h.because:
+            bad.append(f"{name}: the evidence does not name the cause ({h.because})")
+        elif (
+            cause.origin.root
+            and h.origin.root
+            and cause.origin.root != h.origin.root
+            and "against each other" not in h.because
+        ):
+            bad.append(f"{name}: {cause.origin.root} and {h.origin.root} are not connected")
+    return bad

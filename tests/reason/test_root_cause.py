@@ -3,14 +3,16 @@ event lists through the real reasoner (rules, settings, harm, rank): each test i
 training code, and the link or order that must (or must not) be drawn."""
 from __future__ import annotations
 
-from test_advice import ACT, GRAD, LOSS, MODELS, UPD, by_kind, ev, model, optimizer
+import pytest
+from conftest import ASSETS, explain_json, run_cli
+from test_advice import GRAD, LOSS, MODELS, UPD, by_kind, ev, model, optimizer
 
 from neuraldbg_cli.reason import harm
 from neuraldbg_cli.reason.families import RULES
 from neuraldbg_cli.reason.families.context import Context
 from neuraldbg_cli.reason.families.settings import SETTINGS
-from neuraldbg_cli.reason.reasoner import rank
-from neuraldbg_cli.trace.events import Kind
+from neuraldbg_cli.reason.reasoner import rank, unsupported_links
+from neuraldbg_cli.trace.events import Kind, Report
 
 NORM = ("normalization_health", "norm")
 
@@ -153,3 +155,26 @@ def test_raw_pixels_into_a_run_that_learns_are_a_note_and_a_nan_never_is():
     assert by_kind(explain(stalled, models, optimizer("SGD", 0.01)))[Kind.data_anomaly].confidence >= 0.5
     nan = [ev("data_anomaly", 3, None, "normal", "non_finite", "input", root="Net"), summary(200, 2.3, 0.3)]
     assert by_kind(explain(nan, models, optimizer("SGD", 0.01)))[Kind.data_anomaly].confidence >= 0.9
+
+
+# ---------------------------------------------------------------- through the real CLI
+
+LINKED = ["data_nan.py", "exploding.py", "divergence.py", "dead_relu.py", "missing_step.py", "healthy_cnn_bn.py"]
+
+
+@pytest.mark.parametrize("asset", LINKED)
+def test_every_drawn_link_holds_on_real_training(tmp_path, asset):
+    """Real small training runs (broken and healthy): each link explain draws gives its evidence in `because`
+    (text, JSON), names a present cause listed above it, and joins connected sites (unsupported_links)."""
+    run_dir = tmp_path / "run"
+    proc = run_cli("run", "--quiet", "--run-dir", run_dir, ASSETS / asset, cwd=tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    report = explain_json(run_dir)
+    assert unsupported_links(Report.model_validate(report)) == []
+    linked = [h for h in report["hypotheses"] if h.get("caused_by")]
+    assert all(h["because"] for h in linked)
+    assert all("because" not in h for h in report["hypotheses"] if not h.get("caused_by"))
+    text = run_cli("explain", run_dir).stdout
+    for h in linked:
+        if h["confidence"] >= 0.5:
+            assert f"consequence of {h['caused_by']}, because: {h['because']}" in text

@@ -136,7 +136,8 @@ def _loss_persistence(ctx: Context, evs: list[Event], state: str, intermittent: 
         span = max(1, last - (onset or 0))
         shares.append(min(1.0, inside / span))
     share = max(shares, default=0.0)
-    if share >= 1.0 or (state in ("diverging", "oscillating") and _lasting_damage(ctx, min(e.step for e in evs))):
+    since = min(e.step for e in evs)
+    if share >= 1.0 or (state in ("diverging", "oscillating") and _lasting_damage(ctx, since, _ended(ctx, evs, state))):
         return 1.0
     if intermittent and share >= 0.5:
         return 0.65 + 0.35 * share
@@ -146,16 +147,31 @@ def _loss_persistence(ctx: Context, evs: list[Event], state: str, intermittent: 
 LASTING = ("vanishing", "saturated", "dead", "swamping", "dead_branch", "stream_growth", "collapsed")
 
 
-def _lasting_damage(ctx: Context, since: int) -> bool:
-    """Whether units or gradients went dead, saturated or vanishing after `since` (the onset of a blow-up or
-    a wild oscillation of the loss) and stayed so, or the
-    structure the blow-up threw out of scale stayed so (a residual branch swamping or gone from its skip, a
-    stream grown block after block, attention rows collapsed to one key): a blow-up of the loss that left
-    such damage is over, but its harm is not (the weights it wrecked stay wrecked)."""
+def _lasting_damage(ctx: Context, since: int, ended: int | None = None) -> bool:
+    """Whether units or gradients went dead, saturated or vanishing while the loss blew up or swung (from
+    `since` until it `ended`, within a sampling interval) and stayed so, or the structure the blow-up threw
+    out of scale stayed so (a residual branch swamping or gone from its skip, a stream grown block after
+    block, attention rows collapsed to one key): a blow-up of the loss that left such damage is over, but its
+    harm is not (the weights it wrecked stay wrecked). Damage that began after the loss had recovered is not
+    its doing: a first-step overshoot the run recovered from stays a transient."""
+    until = None if ended is None else ended + ctx.every
     for e in ctx.select(to=LASTING):
-        if e.step >= since and ctx.last_to((e.type, e.root, e.module, e.site)) == e.to:
-            return True
+        if since <= e.step and (until is None or e.step <= until):
+            if ctx.last_to((e.type, e.root, e.module, e.site)) == e.to:
+                return True
     return False
+
+
+def _ended(ctx: Context, evs: list[Event], state: str) -> int | None:
+    """The step the loss first left `state` after its onset (None: it never did)."""
+    sites = {(e.type, e.root, e.module, e.site) for e in evs}
+    since = min(e.step for e in evs)
+    left = [
+        e.step
+        for e in ctx.select(types=[EventType.optimizer_instability.value])
+        if (e.type, e.root, e.module, e.site) in sites and e.from_ == state and e.step >= since
+    ]
+    return min(left, default=None)
 
 
 def _loss_rule(
