@@ -116,6 +116,25 @@ def test_a_weight_decay_of_one_is_named_in_the_loss_symptom_it_produced():
     assert hyps[0].suggestions[0].startswith("lower weight_decay (1 with SGD)")
 
 
+def test_a_weight_decay_that_shrank_the_weights_is_named_before_the_lr():
+    """Short of a collapse (normalised layers hold the loss up), SGD with weight_decay=1 shrinks the weights
+    to a fraction of their start and each update becomes large against them: the decay is named, not the lr
+    (0.1, SGD's usual range), and the loss's symptom carries it."""
+    evs = [ev(UPD, s, m, "updating", "oversized", "weights", update_ratio=0.4, weight_ratio=0.2)
+           for s in (20, 30) for m in ("m0", "m2")]
+    evs.append(ev(LOSS, 25, None, "normal", "oscillating", "loss", low=1.0, high=6.7, start=2.3))
+    evs.append(ev(LOSS, 25, None, "normal", "oscillating", "loss", low=1.0, high=6.7, start=2.3))
+    hyps = explain(evs, MODELS, optimizer("SGD", 0.1, weight_decay=1.0))
+    assert hyps[0].kind == Kind.unstable_loss
+    assert hyps[0].summary.lower().startswith("weight decay shrinks the weights: weight_decay=1 with sgd")
+    assert "learning rate is too large" not in hyps[0].summary.lower()
+    assert hyps[0].suggestions[0].startswith("lower weight_decay (1 with SGD)")
+    # weights that grew under the same updates: the decay did not shrink them, it is not named
+    grown = [ev(UPD, s, m, "updating", "oversized", "weights", update_ratio=0.4, weight_ratio=3.0)
+             for s in (20, 30) for m in ("m0", "m2")] + evs[4:]
+    assert "weight decay" not in explain(grown, MODELS, optimizer("SGD", 0.1, weight_decay=1.0))[0].summary.lower()
+
+
 def test_a_huge_lr_is_named_in_the_loss_symptom_not_in_the_architecture_damage():
     """lr far too large: oversized updates, a residual branch thrown out of scale and a diverging loss. The
     loss's symptom states the lr and leads; the residual imbalance follows as its consequence."""

@@ -110,11 +110,24 @@ def _last_in_force(ctx: Context, evs: list[Event], state: str) -> int | None:
     return max(left.values())
 
 
+SHRUNK = 0.5  # weights below this fraction of their first norm: the decay has shrunk them
+
+
 def weight_decay_setting(ctx: Context) -> SettingCause | None:
     """Weight norms shrinking toward 0 under a weight_decay large enough to do it (its per-step shrink
     lr*wd, or wd itself for Adam's L2 term): the network's output flattens, so the loss stops moving and
-    the gradients fade or vanish."""
+    the gradients fade or vanish. Short of a collapse, weights the decay shrank to under half their first norm
+    whose updates are oversized against them are its doing too (normalised layers hold the loss up while their
+    weights shrink, each step then moves them by a large fraction: the loss swings or climbs)."""
     evs = ctx.select(types=[EventType.parameter_update.value], to=["collapsing"])
+    shrunk = False
+    if not evs:
+        evs = [
+            e
+            for e in ctx.select(types=[EventType.parameter_update.value], to=["oversized"])
+            if _number(e.metrics.get("weight_ratio")) and float(e.metrics["weight_ratio"] or 1.0) < SHRUNK
+        ]
+        shrunk = True
     if not evs:
         return None
     th = ctx.thresholds
@@ -130,10 +143,16 @@ def weight_decay_setting(ctx: Context) -> SettingCause | None:
     wd, opt = max(large)
     usual = "0.01-0.1" if decoupled_decay(opt) else "1e-5-5e-4"
     text = f"lower weight_decay ({wd:g} with {opt}) to {usual}, the usual range for {opt}"
+    statement = (
+        f"weight decay shrinks the weights: weight_decay={wd:g} with {opt} halves them by step {onset}, so each "
+        f"update is large against them"
+        if shrunk
+        else f"weight decay collapses the weights: weight_decay={wd:g} with {opt} shrinks them toward 0 from step {onset}"
+    )
     return SettingCause(
         "weight_decay",
         onset,
-        f"weight decay collapses the weights: weight_decay={wd:g} with {opt} shrinks them toward 0 from step {onset}",
+        statement,
         text,
         # a flat (or, under SGD's pull between the loss and the decay, climbing) loss is what the user sees;
         # then weights too small to pass a gradient on or to move; "no gradient" and dead units (a detach, a
