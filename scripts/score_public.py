@@ -21,8 +21,8 @@ A case whose mirror or commit is missing is skipped, with the reason.
 are decided from that, before neuraldbg sees the case. The default runs `python -m neuraldbg_cli run --quiet
 --run-dir RUN SCRIPT ARGS` then `python -m neuraldbg_cli explain RUN --format json`, and judges the report with the
 functions of scripts/score_scenarios.py (a label's "origins": None accepts any origin). The script's exit status
-under neuraldbg must equal the plain run's (the label's "exit", default 0; `--check-plain` also reruns the plain
-script and compares). Runs get OMP_NUM_THREADS=1, PYTHONPATH=<this project>, PYTHONWARNINGS=ignore,
+under neuraldbg must equal the plain run's (the label's "exit", default 0; `--check-plain` also runs the plain
+script and compares its exit status and, for a seeded script, its last lines of stdout, times aside). Runs get OMP_NUM_THREADS=1, PYTHONPATH=<this project>, PYTHONWARNINGS=ignore,
 MPLBACKEND=Agg and the case's env ("{work}" in a value is the work folder; a case's PYTHONPATH goes before this
 project's). Always exits 0."""
 from __future__ import annotations
@@ -156,6 +156,12 @@ def tail(text: str, n: int) -> str:
     return "\n".join(text.rstrip().splitlines()[-n:])
 
 
+def normalised(text: str) -> str:
+    """stdout without wall-clock figures (`123.4ms`, `mfu 1.2%`), to compare a seeded script's plain and observed
+    runs."""
+    return re.sub(r"[-+\d.e]+\s*ms\b|mfu\s+[-\d.]+%", "#", text)
+
+
 def run_case(case: dict, base: Path, mode: str, timeout: float | None, check_plain: bool, n_tail: int) -> dict:
     name = case["name"]
     res = {"name": name, "repo": case["repo"]}
@@ -195,6 +201,8 @@ def run_case(case: dict, base: Path, mode: str, timeout: float | None, check_pla
         return dict(res, crash=f"exit {rc} (plain run: {want_exit}): {err.strip()[-300:]}")
     if check_plain and res["plain_exit"] != rc:
         return dict(res, crash=f"exit {rc} but the plain script exits {res['plain_exit']}")
+    if check_plain and case["label"].get("seeded", True):
+        res["same_output"] = normalised(res["plain_tail"]) == normalised(tail(out, n_tail))
     if "internal error" in err:
         return dict(res, crash="internal error: " + err.strip()[-300:])
     ex = subprocess.run([sys.executable, "-m", "neuraldbg_cli", "explain", str(run_dir), "--format", "json"],
@@ -211,6 +219,8 @@ def judge(scorer, res: dict, label: dict) -> dict:
     if label.get("origins") is None and "origin" in row:
         row["origin"] = True  # None: any origin accepted
     row["repo"] = res["repo"]
+    if "same_output" in res:
+        row["same_output"] = res["same_output"]
     if "report" in res:
         row["hypotheses"] = [{k: h.get(k) for k in ("kind", "confidence", "origin", "summary", "suggestions",
                                                        "caused_by")} for h in res["report"]["hypotheses"][:5]]
@@ -228,6 +238,8 @@ def verdict(row: dict) -> str:
         v = ("ok" if row["detect1"] else "@3" if row["detect3"] else "MISS") + (
             "" if row.get("origin", True) else " origin?") + ("" if row.get("step", True) else " step?") + (
             "" if row.get("mention", True) else " (not named)")
+    if row.get("same_output") is False:
+        v += " (stdout differs from the plain run)"
     if row.get("harmful"):
         v += f" HARMFUL ADVICE: {row['harmful'][0][:80]}"
     return v
@@ -238,7 +250,9 @@ def main() -> int:
     ap.add_argument("-k", action="append", default=[], help="only cases whose name contains this (repeatable: any)")
     ap.add_argument("-j", type=int, default=1, help="cases run in parallel (default 1: one training at a time)")
     ap.add_argument("--plain", action="store_true", help="run the plain scripts only (to decide the labels)")
-    ap.add_argument("--check-plain", action="store_true", help="also rerun the plain script and compare exit status")
+    ap.add_argument("--check-plain", action="store_true", help="also run the plain script first and compare: the "
+                    "exit status, and for seeded scripts (label \"seeded\", default true) the last --tail lines of "
+                    "stdout, wall-clock figures aside")
     ap.add_argument("--tail", type=int, default=12, help="--plain: lines of stdout shown per case")
     ap.add_argument("--timeout", type=float, help="override every case's timeout (seconds)")
     ap.add_argument("--json", help="write per-case results here")
@@ -328,6 +342,9 @@ def main() -> int:
                f"steps {sum(r['steps_ok'] for r in counted)}/{len(counted)} | "
                f"harmful advice {sum(len(r.get('harmful', [])) for r in judged)} | "
                f"crashes {sum('crash' in r for r in judged)} | ")
+    compared = [r for r in judged if "same_output" in r]
+    if compared:
+        summary += f"stdout as plain {sum(r['same_output'] for r in compared)}/{len(compared)} | "
     if errors:
         summary += f"bad cases {len(errors)} | "
     if skipped:

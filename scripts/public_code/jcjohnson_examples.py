@@ -16,7 +16,7 @@ CASES = [
         "script": "nn/two_layer_net_optim.py",
         "args": [], "data": None, "patch": None, "timeout": 120,
         "label": {
-            "healthy": True, "kinds": [], "root": "as published: nn.Sequential + Adam lr 1e-4, MSE(sum)",
+            "healthy": True, "kinds": [], "seeded": False, "root": "as published: nn.Sequential + Adam lr 1e-4, MSE(sum)",
             "origins": None, "steps": None, "optimizer_steps": STEPS,
             "note": "plain run: loss 683 -> 209 (step 50) -> 0.56 (200) -> 0.0026 (300) -> 3.8e-8 (499).",
         },
@@ -26,7 +26,7 @@ CASES = [
         "script": "nn/two_layer_net_module.py",
         "args": [], "data": None, "patch": None, "timeout": 120,
         "label": {
-            "healthy": True, "kinds": [], "root": "as published: custom nn.Module + SGD lr 1e-4, MSE(sum)",
+            "healthy": True, "kinds": [], "seeded": False, "root": "as published: custom nn.Module + SGD lr 1e-4, MSE(sum)",
             "origins": None, "steps": None, "optimizer_steps": STEPS,
             "note": "plain run: loss 670 -> 30.6 (step 50) -> 0.045 (200) -> 1.9e-5 (499).",
         },
@@ -36,7 +36,7 @@ CASES = [
         "script": "nn/dynamic_net.py",
         "args": [], "data": None, "patch": None, "timeout": 120,
         "label": {
-            "healthy": True, "kinds": [],
+            "healthy": True, "kinds": [], "seeded": False,
             "root": "as published: 0-3 reused middle layers drawn per forward, SGD lr 1e-4 momentum 0.9; the loss "
                     "jumps between consecutive steps by design (the depth changes)",
             "origins": None, "steps": None, "optimizer_steps": STEPS,
@@ -49,7 +49,7 @@ CASES = [
         "script": "autograd/two_layer_net_autograd.py",
         "args": [], "data": None, "patch": None, "timeout": 120,
         "label": {
-            "healthy": True, "kinds": [],
+            "healthy": True, "kinds": [], "seeded": False,
             "root": "as published: raw tensors w1, w2 (randn init, no nn.Module, no optimizer), manual update "
                     "lr 1e-6 under no_grad, grads zeroed by hand",
             "origins": None, "steps": None, "optimizer_steps": STEPS,
@@ -66,7 +66,7 @@ CASES = [
                   "new": "optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)",
                   "why": "learning rate 100x too large for a summed (not averaged) MSE"},
         "label": {
-            "healthy": False, "kinds": ["loss_divergence", "exploding_gradient", "non_finite"],
+            "healthy": False, "seeded": False, "kinds": ["loss_divergence", "exploding_gradient", "non_finite"],
             "root": "SGD lr 1e-2 (published 1e-4) on MSE(reduction='sum'): every step overshoots",
             "origins": None, "steps": [0, 4], "optimizer_steps": STEPS, "lr": 1e-2,
             "note": "plain run: loss 712, 2.8e4, 9.6e9, 1.5e27 (step 3), NaN from step 5 to the end; exit 0.",
@@ -81,7 +81,7 @@ CASES = [
                   "new": "param.data += learning_rate * param.grad",
                   "why": "the manual update's sign flipped: gradient ascent"},
         "label": {
-            "healthy": False, "kinds": ["loss_divergence", "exploding_gradient", "non_finite"],
+            "healthy": False, "seeded": False, "kinds": ["loss_divergence", "exploding_gradient", "non_finite"],
             "root": "manual update `param.data += lr * grad`: gradient ascent, the loss grows geometrically",
             "origins": None, "steps": [0, 12], "optimizer_steps": STEPS, "lr": 1e-4,
             "note": "plain run: loss 671, 725, 784, 851 (step 3), 1017 (5), 2263 (10), NaN by step 20 and to the end "
@@ -97,7 +97,7 @@ CASES = [
                   "new": "learning_rate = 1e-1\n",
                   "why": "Adam learning rate 1000x too large"},
         "label": {
-            "healthy": False, "kinds": ["dead_activation", "loss_plateau"],
+            "healthy": False, "seeded": False, "kinds": ["dead_activation", "loss_plateau"],
             "root": "Adam lr 0.1 (published 1e-4): the first steps push the hidden ReLUs negative for every "
                     "sample; once all 100 are dead the output is the bias alone and the loss sits at the targets' "
                     "sum of squares",
@@ -117,7 +117,7 @@ CASES = [
                   "new": "optimizer = torch.optim.SGD(model.output_linear.parameters(), lr=1e-4, momentum=0.9)",
                   "why": "optimizer built over the last layer's parameters only"},
         "label": {
-            "healthy": False, "kinds": ["unchanged_weights", "loss_plateau"],
+            "healthy": False, "seeded": False, "kinds": ["unchanged_weights", "loss_plateau"],
             "root": "the optimizer holds only output_linear: input_linear and middle_linear get gradients but never "
                     "change, and the last layer alone cannot fit the features of 4 random depths",
             "origins": ["input_linear", "middle_linear"], "steps": [0, 10], "optimizer_steps": STEPS, "lr": 1e-4,
@@ -134,7 +134,7 @@ CASES = [
                   "new": "h_relu = self.input_linear(x).clamp(min=0).detach()",
                   "why": "a .detach() cuts input_linear out of the graph"},
         "label": {
-            "healthy": False, "kinds": ["no_gradient", "unchanged_weights"],
+            "healthy": False, "seeded": False, "kinds": ["no_gradient", "unchanged_weights"],
             "root": "input_linear's output is detached: input_linear never gets a gradient (stays at its init); "
                     "the layers after it still learn, more slowly",
             "origins": ["input_linear"], "steps": [0, 10], "optimizer_steps": STEPS, "lr": 1e-4,
