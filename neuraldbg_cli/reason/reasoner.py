@@ -143,8 +143,8 @@ def rank(
     the pair; a wrong setting acts through every update it sized). A link that fails any test is not drawn.
     A consequence names its first cause in `caused_by` and the evidence in `because`; its confidence
     (presence) is left as it is. Order: causes before their consequences; among the rest, what is present
-    first, then roots of the user's making (a bug, a setting), then what explains others, then confidence,
-    onset and forward position."""
+    first, then bugs of the user's making (and a NaN nothing present explains: a numerical bug), then what
+    states a setting or explains others, then confidence, onset and forward position."""
 
     def link(cause: Hypothesis, effect: Hypothesis) -> str | None:
         """The evidence for "cause produced effect", None when the trace does not support it."""
@@ -198,8 +198,7 @@ def rank(
     key = [
         (
             h.confidence < presence,
-            0 if j in carriers or is_root_kind(h) else 1,
-            j not in explains,
+            0 if is_root_kind(h) or h.kind == Kind.non_finite else 1 if j in carriers or j in explains else 2,
             -h.confidence,
             h.origin.step if h.origin.step is not None else _LATE,
             where(h.origin),

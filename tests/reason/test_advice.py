@@ -188,14 +188,14 @@ def test_oversized_updates_name_the_lr_in_the_divergence_it_caused():
         assert k[kind].rank > top.rank
 
 
-def test_the_loss_symptom_names_the_lr():
-    """Gradients exploding with the loss rise: the setting has no kind of its own, so the training-level
-    symptom (the loss's) states it and leads; the explosion follows as what the lr also produced."""
+def test_the_most_upstream_symptom_names_the_lr():
+    """Gradients exploding with the loss rise (within the sampling slack) are its cause in the table: the
+    explosion states the lr, the divergence ranks below it (the evidence of the link says so)."""
     evs = OVERSIZED + [ev(GRAD, 3, "m0", "healthy", "exploding", "gradient", rms=1e4),
                        ev(LOSS, 2, None, "normal", "diverging", "loss", recent=1e5, start=2.3, best=2.2)]
     hyps = explain(evs, MODELS, optimizer("SGD", 5.0))
-    assert [h.kind for h in hyps] == [Kind.loss_divergence, Kind.exploding_gradient]
-    assert "learning rate is too large" in hyps[0].summary.lower() and hyps[1].caused_by == Kind.loss_divergence
+    assert [h.kind for h in hyps] == [Kind.exploding_gradient, Kind.loss_divergence]
+    assert "learning rate is too large" in hyps[0].summary.lower() and hyps[1].caused_by == Kind.exploding_gradient
     assert "names the learning rate" in hyps[1].because
 
 

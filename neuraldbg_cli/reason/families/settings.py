@@ -75,9 +75,8 @@ def learning_rate_setting(ctx: Context) -> SettingCause | None:
         onset,
         f"the learning rate is too large: each step changes the weights by {size} (healthy: about 0.1%)",
         fix,
-        (  # the loss's symptom first: what the user sees, and what the setting acts on through every update
-            (Kind.loss_divergence, Kind.unstable_loss),
-            (Kind.exploding_gradient,),
+        (  # the training-level symptoms first (the loss's, or the explosion that drives it), then the damage
+            (Kind.loss_divergence, Kind.unstable_loss, Kind.exploding_gradient),
             (
                 Kind.dead_activation,
                 Kind.saturated_activation,
