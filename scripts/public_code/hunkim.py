@@ -17,7 +17,7 @@ CASES = [
         "label": {
             "healthy": True, "kinds": [],
             "root": "as published: nn.Linear(1, 1) fitted to y = 2x on 3 points, MSE(sum), SGD lr 0.01",
-            "origins": None, "steps": None, "optimizer_steps": 500,
+            "seeded": False, "origins": None, "steps": None, "optimizer_steps": 500,
             "note": "`for epoch in range(500)`, one step each. plain run: loss 20.0, 9.2, 4.3 (step 2) -> 0.23 "
                     "(50) -> 0.013 (250) -> 3.4e-4 (499); prediction for 4: 7.98.",
         },
@@ -34,7 +34,7 @@ CASES = [
         "label": {
             "healthy": False, "kinds": ["loss_divergence", "exploding_gradient", "non_finite"],
             "root": "SGD lr 0.1 on MSE(reduction='sum') over x = 1..3: every step overshoots by a factor ~1.8",
-            "origins": None, "steps": [0, 51], "optimizer_steps": 500, "lr": 0.1,
+            "seeded": False, "origins": None, "steps": [0, 51], "optimizer_steps": 500, "lr": 0.1,
             "mention": r"learning rate|\blr\b",
             "note": "plain run: loss 47, 257, 1392 (step 2), 2.4e38 (step 50), inf/NaN from step 51 to 499; "
                     "prediction for 4: nan; exit 0.",
@@ -48,7 +48,7 @@ CASES = [
             "healthy": True, "kinds": [],
             "root": "as published: sigmoid(nn.Linear(1, 1)), BCELoss on 4 points (hours 1-4 -> fail, fail, pass, "
                     "pass), SGD lr 0.01; slow but steady",
-            "origins": None, "steps": None, "optimizer_steps": 1000,
+            "seeded": False, "origins": None, "steps": None, "optimizer_steps": 1000,
             "note": "`for epoch in range(1000)`. plain run: loss 0.945 -> 0.663 (step 100) -> 0.619 (250) -> 0.562 "
                     "(500) -> 0.513 (750) -> 0.473 (999), still falling at the end (lr 0.01 is small, as the "
                     "lecture chose); predicts 7 hours -> 0.96.",
@@ -66,7 +66,7 @@ CASES = [
             "healthy": False, "kinds": ["loss_plateau", "unchanged_weights"],
             "root": "SGD weight_decay=1 holds the weight and bias near zero: the loss stops at 0.62 and the model "
                     "cannot separate the classes (1 hour -> 0.53, 'above 50%')",
-            "origins": None, "steps": [0, 300], "optimizer_steps": 1000, "lr": 0.01,
+            "seeded": False, "origins": None, "steps": [0, 300], "optimizer_steps": 1000, "lr": 0.01,
             "mention": r"weight.?decay",
             "note": "plain run: loss 0.891 -> 0.615 (step 100) -> 0.618 (250) -> 0.6195 (500) -> 0.6197 (750-999), "
                     "flat from ~step 100 (the published script: 0.47 at 999, still falling); predicts 1 hour -> "

@@ -26,7 +26,7 @@ CASES = [
         "label": {
             "healthy": True, "kinds": [],
             "root": "as published: 1-10-1 ReLU net, full-batch MSE on y = x^2 + 0.2*U(0,1), SGD lr 0.2",
-            "origins": None, "steps": None, "optimizer_steps": 200,
+            "seeded": False, "origins": None, "steps": None, "optimizer_steps": 200,
             "note": "`for t in range(200)`, one step each. 2 plain runs: loss 0.53 -> 0.058 (step 20) -> 0.0081 "
                     "(100) -> 0.0059 (199); 0.10 -> 0.080 (20) -> 0.010 (100) -> 0.0051 (199) (noise floor "
                     "0.2^2/12 = 0.0033).",
@@ -43,7 +43,7 @@ CASES = [
         "label": {
             "healthy": False, "kinds": ["loss_divergence", "exploding_gradient", "non_finite"],
             "root": "SGD lr 20 (published 0.2): the first update overshoots and every later one grows",
-            "origins": None, "steps": [0, 12], "optimizer_steps": 200, "lr": 20,
+            "seeded": False, "origins": None, "steps": [0, 12], "optimizer_steps": 200, "lr": 20,
             "mention": r"learning rate|\blr\b",
             "note": "2 plain runs: loss 1.67, 1.6e5, 2.6e8 (step 2), inf by step ~11, NaN from step 11-12 to the "
                     "end (200 steps, exit 0); 0.27, 2.5e4, 3.9e7, first non-finite at step 12.",
@@ -61,7 +61,7 @@ CASES = [
         "label": {
             "healthy": False, "kinds": ["no_gradient", "unchanged_weights"],
             "root": "the hidden Linear gets no gradient (its output is detached); it stays at its random init",
-            "origins": ["hidden"], "steps": [0, 2], "optimizer_steps": 200, "lr": 0.2,
+            "seeded": False, "origins": ["hidden"], "steps": [0, 2], "optimizer_steps": 200, "lr": 0.2,
             "note": "2 plain runs: loss 0.51 -> 0.068 (step 20) -> 0.039 (100) -> 0.021 (199); 0.33 -> 0.064 -> "
                     "0.020 -> 0.0075. It still falls (a fit on 10 random, frozen ReLU features), ending 1.3-4x "
                     "above the published script's 0.005-0.006: a silent bug, visible in the gradients.",
@@ -74,7 +74,7 @@ CASES = [
         "label": {
             "healthy": True, "kinds": [],
             "root": "as published: 2-10-2 ReLU net, CrossEntropyLoss on two Gaussian blobs, SGD lr 0.02",
-            "origins": None, "steps": None, "optimizer_steps": 100,
+            "seeded": False, "origins": None, "steps": None, "optimizer_steps": 100,
             "note": "`for t in range(100)`. 2 plain runs: loss 0.64 -> 0.32 (step 25) -> 0.19 (50) -> 0.091 (99); "
                     "0.88 -> 0.30 (25) -> 0.16 (50) -> 0.081 (99).",
         },
@@ -91,7 +91,8 @@ CASES = [
             "healthy": False, "kinds": ["loss_misuse", "loss_plateau", "saturated_activation"],
             "root": "probabilities, not logits, go into CrossEntropyLoss: the loss is bounded below by "
                     "~0.31 and its gradient shrinks as the softmax saturates",
-            "origins": None, "steps": [0, 5], "optimizer_steps": 100, "lr": 0.02, "mention": r"softmax",
+            "seeded": False, "origins": None, "steps": [0, 5], "optimizer_steps": 100, "lr": 0.02,
+            "mention": r"softmax",
             "note": "2 plain runs: loss 0.61 -> 0.52 (step 25) -> 0.45 (50) -> 0.39 (99); 0.74 -> 0.54 -> 0.44 -> "
                     "0.38, against 0.08-0.09 for the published script (the classes are separable either way).",
         },
@@ -104,7 +105,7 @@ CASES = [
             "healthy": True, "kinds": [],
             "root": "as published: nn.RNN(1, 32) + Linear per time step, sin -> cos, 10-step windows, hidden state "
                     "carried and detached, Adam lr 0.02",
-            "origins": None, "steps": None, "optimizer_steps": 100,
+            "seeded": False, "origins": None, "steps": None, "optimizer_steps": 100,
             "note": "`for step in range(100)`. 2 plain runs: loss 0.55, 0.63, 0.36 (step 2) -> 0.17 (25) -> 0.015 "
                     "(50) -> 0.0033 (75) -> 0.0023 (99); 0.53 -> 0.29 (25) -> 0.041 (50) -> 0.0011 (98), 0.024 "
                     "(99): single-window losses jump by design (each step is a new 10-point window).",
@@ -118,7 +119,7 @@ CASES = [
             "healthy": True, "kinds": [],
             "root": "as published: two 1-300-300-1 ReLU nets on 20 noisy points of y = x, one with Dropout(0.5), "
                     "each with its own Adam lr 0.01; the undropped one overfits the training points by design",
-            "origins": None, "steps": None, "optimizer_steps": 1000,
+            "seeded": False, "origins": None, "steps": None, "optimizer_steps": 1000,
             "note": "`for t in range(500)`, two optimizers stepped each -> 1000 steps. plain run, mean training "
                     "loss per 50 iterations: plain net 0.19 -> 0.043 -> 0.019 -> 0.003; dropout net 0.29 -> "
                     "0.10, then flat at 0.10-0.11 (the noise variance 0.09: dropout noise by design).",
@@ -136,7 +137,7 @@ CASES = [
         "label": {
             "healthy": False, "kinds": ["unchanged_weights", "loss_plateau"],
             "root": "net_dropped's parameters are in no optimizer: they get gradients every step and never change",
-            "origins": None, "steps": [0, 5], "optimizer_steps": 1000, "lr": 0.01,
+            "seeded": False, "origins": None, "steps": [0, 5], "optimizer_steps": 1000, "lr": 0.01,
             "note": "plain run, mean training loss per 50 iterations: dropout net 0.63, 0.66, 0.64, 0.66, ... "
                     "0.64 (flat at its init loss for all 500); the other net 0.35 -> 0.047 -> 0.03. Still two "
                     "optimizer.step() calls per iteration -> 1000.",

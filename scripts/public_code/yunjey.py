@@ -62,7 +62,7 @@ CASES = [
         "label": {
             "healthy": True, "kinds": [],
             "root": "as published: nn.Linear(1, 1), MSE on 15 toy points, SGD lr 0.001, full batch",
-            "origins": None, "steps": None, "optimizer_steps": 60,
+            "seeded": False, "origins": None, "steps": None, "optimizer_steps": 60,
             "note": "`for epoch in range(num_epochs)`, num_epochs = 60, one step each; unseeded. 7 plain runs: "
                     "loss 2-60 at the start, 2.2-29.6 at epoch 5, 0.19-0.77 at 30, 0.17-0.45 at 60, still falling "
                     "slowly (the bias direction is ill-conditioned at lr 0.001; the least-squares floor is ~0.17). "
@@ -80,7 +80,7 @@ CASES = [
         "label": {
             "healthy": False, "kinds": ["loss_divergence", "exploding_gradient", "non_finite"],
             "root": "SGD lr 0.1 on unnormalised inputs (x up to 10.8): each step multiplies the error by ~8",
-            "origins": None, "steps": [0, 22], "optimizer_steps": 60, "lr": 0.1,
+            "seeded": False, "origins": None, "steps": [0, 22], "optimizer_steps": 60, "lr": 0.1,
             "mention": r"learning rate|\blr\b",
             "note": "plain run: loss 0.61, 16, 918 (step 2), 3.1e6 (epoch 5), 9.7e32 (epoch 20), inf from step "
                     "22, NaN from epoch ~45 to 60; exit 0.",
@@ -94,7 +94,7 @@ CASES = [
             "healthy": True, "kinds": [],
             "root": "as published: Embedding 128 + LSTM 1024 word LM, truncated BPTT 30, Adam lr 0.002, "
                     "clip_grad_norm_ 0.5",
-            "origins": None, "steps": None, "optimizer_steps": LM_STEPS,
+            "seeded": False, "origins": None, "steps": None, "optimizer_steps": LM_STEPS,
             "note": "5 epochs x 5 windows = 25 steps (see LM_TOKENS). plain run: loss 3.52 (step 0), 3.34, 3.45, "
                     "2.48 (6), 1.72 (12), 1.57 (18), 1.52 (24); printed epoch starts 3.52, 2.68, 1.85, 1.66, 1.60; "
                     "1000 words sampled; exit 0, ~55 s.",
@@ -112,7 +112,7 @@ CASES = [
             "healthy": False, "kinds": ["loss_divergence", "unstable_loss", "exploding_gradient", "non_finite"],
             "root": "Adam lr 2 (published 0.002): the first update moves every weight by ~2, the loss jumps from "
                     "3.5 to hundreds and never recovers; sampling then dies on inf probabilities",
-            "origins": None, "steps": [0, 3], "optimizer_steps": LM_STEPS, "lr": 2,
+            "seeded": False, "origins": None, "steps": [0, 3], "optimizer_steps": LM_STEPS, "lr": 2,
             "mention": r"learning rate|\blr\b", "exit": 1,
             "note": "plain run: loss 3.52 (step 0), 320 (1), 499 (2), 662 (6), 844 (12), 642 (18), 468 (24); "
                     "printed epoch starts 3.52, 571, 808, 767, 636 (perplexity inf; a second, unseeded run: 403, "
