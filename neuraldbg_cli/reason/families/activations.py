@@ -16,6 +16,7 @@ from neuraldbg_cli.reason.families.evidence import (
     _hyp,
     _model_has,
     _origin_of,
+    _site_name,
     _spread_confidence,
     _still,
 )
@@ -153,7 +154,7 @@ def _blowup_phrase(ctx: Context, evs: list[Event]) -> tuple[Event, str]:
         ratio = m["std"] / m["baseline_std"]  # type: ignore[operator]
     size = f" (output std {m['std']:.3g}, {ratio:.3g}× its early level)" if m.get("std") is not None and ratio else ""
     n = len(_first_by_module(evs))
-    return origin, (f"activations blow up at {origin.module} from step {origin.step}{size}; {n} layer(s) affected")
+    return origin, (f"activations blow up at {_site_name(origin)} from step {origin.step}{size}; {n} layer(s) affected")
 
 
 def _activation_rule(
@@ -175,7 +176,7 @@ def _activation_rule(
     chain = [e.module or "" for e in sorted(first.values(), key=lambda e: (e.step, ctx.order(e)))]
     conf = _spread_confidence(base, len(first), _still(ctx, evs, state))
     where = " (its activation output)" if origin.site == "activation" else ""
-    summary = f"{phrase} at {origin.module}{where} from step {origin.step}; {len(first)} layer(s) affected."
+    summary = f"{phrase} at {_site_name(origin)}{where} from step {origin.step}; {len(first)} layer(s) affected."
     return _hyp(kind, conf, origin, origin.step, summary, evs, tips, chain, fixes)
 
 

@@ -96,6 +96,7 @@ CONDITIONS: dict[str, Pair] = {
     # cannot put a layer in eval mode, nor freeze or poison its statistics
     "poisons_norm": lambda c, e: _non_finite_data(c) and _poisoned(e),
     "sign_error": lambda c, e: falls_without_bound(c),
+    "sums": lambda c, e: any(ev.get("to") == "sum_reduction" for ev in c.evidence),
     "effect_sign_error": lambda c, e: falls_without_bound(e),
 }
 CROSS_MODEL = {"opponent_wins"}  # conditions whose mechanism acts from one model on another (a GAN's game)
@@ -124,7 +125,9 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
             Kind.loss_divergence,
             Kind.vanishing_gradient,
             Kind.saturated_activation,
-        )
+        ),
+        # a loss summed over many terms makes every gradient that many times the mean's
+        when=((Kind.exploding_gradient, "sums"), (Kind.non_finite, "sums")),
     ),
     Kind.data_anomaly: Causes(
         (
@@ -228,6 +231,9 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
 # How a cause produces an effect, in words (the `because` of a drawn link): (cause, effect) first, then the
 # cause's general mechanism
 _HOW: dict[tuple[Kind, Kind | None], str] = {
+    (Kind.loss_misuse, Kind.exploding_gradient): "a loss summed over many terms makes every gradient that many "
+    "times the mean's",
+    (Kind.loss_misuse, Kind.non_finite): "gradients summed over many terms overflow",
     (Kind.loss_misuse, None): "the loss as called cannot be minimised the way training needs",
     (Kind.data_anomaly, Kind.normalization_fault): "NaN/Inf in a batch is written into the running statistics",
     (Kind.data_anomaly, None): "every forward pass starts from these values",

@@ -77,3 +77,9 @@ def _model_has(ctx: Context, test: Callable[[str], bool]) -> bool:
 
 def _names(events: list[Event]) -> list[str]:
     return sorted({e.module for e in events if e.module})
+
+
+def _site_name(e: Event) -> str:
+    """The module an event is about, for a sentence: a model that is one bare layer (nn.Linear) has no
+    module name of its own, so its class stands for it."""
+    return e.module or (f"the model {e.root}" if e.root else "the model")

@@ -17,6 +17,7 @@ from neuraldbg_cli.reason.families.evidence import (
     _model_has,
     _names,
     _origin_of,
+    _site_name,
     _spread_confidence,
     _still,
 )
@@ -176,9 +177,9 @@ def exploding_gradient(ctx: Context) -> Hypothesis | None:
     conf = _spread_confidence(0.66, len(first), max(_still(ctx, evs, "exploding"), 0.7))
     rms = origin.metrics.get("rms")
     summary = (
-        f"Gradients explode: {origin.module} reaches gradient RMS {rms:.3g} at step {origin.step}"
+        f"Gradients explode: {_site_name(origin)} reaches gradient RMS {rms:.3g} at step {origin.step}"
         if rms
-        else f"Gradients explode from step {origin.step} at {origin.module}"
+        else f"Gradients explode from step {origin.step} at {_site_name(origin)}"
     )
     summary += f"; {len(first)} layer(s) affected."
     if blow:
