@@ -64,6 +64,7 @@ class StepBuffer:
         "_held_n",
         "unchecked",
         "_check_at",
+        "tail",
     )
 
     def __init__(self, step: int, sampled: bool) -> None:
@@ -90,6 +91,7 @@ class StepBuffer:
         self.held: list[tuple[tuple, torch.Tensor]] = []  # CPU outputs awaiting their loss (see watch)
         self._held_n = 0
         self.unchecked: list[tuple[int, torch.Tensor]] = []  # CPU sites' float32 sums awaiting `check_sums`
+        self.tail = False  # the run's last forward passes, after its last step: kept for a NaN, not a step
 
     def watch(self, key: tuple, t: torch.Tensor) -> None:
         """A NaN/Inf made at `key` must be seen and named. Off the CPU the check is one reduction queued on the
@@ -265,7 +267,9 @@ def to_records(pending: list[StepBuffer], grads_observed: bool) -> list[StepReco
     values = ts.host_values(tensors)
     records, i = [], 0
     for buf in pending:
-        rec = StepRecord(step=buf.step, sampled=buf.sampled and grads_observed, active=buf.active, time=buf.time)
+        rec = StepRecord(
+            step=buf.step, sampled=buf.sampled and grads_observed, active=buf.active, time=buf.time, tail=buf.tail
+        )
         for what, key, length, extra in buf.layout:
             chunk = values[i : i + length]
             i += length

@@ -58,10 +58,16 @@ class StepCloser:
             new.active.update(buf.active)
 
     def finish(self) -> None:
-        """The run ends: close the step under way, unless it is an idle tail (see _idle_tail)."""
+        """The run ends: close the step under way, unless it came after training (see _after_training) and made
+        nothing non-finite; one that made a NaN/Inf is closed as a tail, which no step count includes."""
         buf = self._steps.buf
         buf.settle(False)
-        if (buf.parts or buf.checks or buf.losses or buf.pending is not None) and not self._idle_tail(buf):
+        if not (buf.parts or buf.checks or buf.losses or buf.pending is not None):
+            return
+        if not self._after_training(buf):
+            self._finalize()
+        elif not self._finite(buf):  # a NaN/Inf the last forward passes made is reported, as no step of training
+            buf.tail = True
             self._finalize()
 
     def _finalize(self) -> None:
@@ -95,18 +101,19 @@ class StepCloser:
         self._rescanned = step
         return True
 
-    def _idle_tail(self, buf: StepBuffer) -> bool:
+    def _after_training(self, buf: StepBuffer) -> bool:
         """After training, a last step that no optimizer step completes is no training step: one that only saw
-        forward passes (a final evaluation without no_grad), or, once an optimizer has stepped, backward passes
-        that accumulate for a step that never comes (the last micro-batches of an epoch). Dropped unless it
-        made a NaN/Inf (read here, once, at the end of the run)."""
+        forward passes (a final evaluation or prediction without no_grad), or, once an optimizer has stepped,
+        backward passes that accumulate for a step that never comes (the last micro-batches of an epoch)."""
         clock = self._clock
         if not self._steps.step or clock.done or buf.losses:
             return False
-        if clock.backwards and (not clock.stepped or clock.fallback):  # backward passes are steps here
-            return False
+        return not (clock.backwards and (not clock.stepped or clock.fallback))  # backward passes are steps here
+
+    def _finite(self, buf: StepBuffer) -> bool:
+        """Whether what the step under way computed is all finite (read here, once, at the end of the run)."""
         tail = buf.parts + buf.checks + ([buf.pending.detach()] if buf.pending is not None else [])
         try:
             return math.isfinite(sum(ts.host_values(tail)))
         except Exception:  # noqa: BLE001
-            return False
+            return True

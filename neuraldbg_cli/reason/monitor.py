@@ -124,7 +124,7 @@ class Monitor:
     # -- per step
 
     def observe(self, rec: StepRecord) -> None:
-        self.steps_seen += 1
+        self.steps_seen += not rec.tail
         self.last_step = rec.step
         self.losses.add(rec)
         for observer in self.observers:

@@ -273,10 +273,10 @@ def steps_observed(run: RunData) -> int:
     summary_type = EventType.run_summary.value  # looked up once: an Enum member's .value is slow per event
     summary = [e for e in run.events if e.type == summary_type]
     counts = [int(run.meta.get("steps_observed") or 0)]
-    if summary:
+    if summary:  # the monitor's own count: completed steps (a NaN made after the last one is dated past it)
         counts.append(int(summary[-1].metrics.get("steps") or 0))
-    if run.events:
-        counts.append(max(map(attrgetter("step"), run.events)) + 1 if len(run.events) > len(summary) else 0)
+    elif run.events:  # cut short before its summary: the latest step an event was dated at
+        counts.append(max(map(attrgetter("step"), run.events)) + 1)
     return min(max(counts), (1 << 63) - 1)  # a corrupt count must not break the JSON report
 
 

@@ -320,6 +320,7 @@ class StepRecord:
     # per optimizer stepped in this step, the (root, module) owners of its parameters (one shared, cached
     # collection per optimizer: read per sampled step, not copied per step)
     stepped: tuple[Collection[tuple[str, str]], ...] = ()
+    tail: bool = False  # forward passes after the last step that made a NaN/Inf: observed, not a training step
 
 
 @dataclass
