@@ -27,8 +27,14 @@ def weigh(hyps: list[Hypothesis], ctx: Context, presence: float) -> list[Hypothe
     counted = [h for h in hyps if h.confidence >= presence]
     trained = _trained(ctx)
     loss_harm = any(h.kind in LOSS_HARM for h in counted)
+    scale_harm = any(h.kind in LOSS_HARM - {Kind.loss_plateau} for h in counted)  # what a scale can drive
     other_harm = any(h.kind not in STATISTICS for h in counted)
     for h in counted:
+        if _summed_only(h) and not scale_harm:
+            why = "a loss summed over many terms only scales the gradients, and the loss neither diverges nor swings"
+            h.confidence = min(h.confidence, NOTE)
+            h.summary += f" Training is not harmed ({why}): a note, not a problem."
+            continue
         if h.kind not in STATISTICS or _defect(h):
             continue
         if h.kind == Kind.exploding_gradient and _normalised_steps(ctx, h) and not loss_harm:
@@ -43,6 +49,12 @@ def weigh(hyps: list[Hypothesis], ctx: Context, presence: float) -> list[Hypothe
         h.confidence = min(h.confidence, NOTE)
         h.summary += f" Training is not harmed ({why}): a note, not a problem."
     return hyps
+
+
+def _summed_only(h: Hypothesis) -> bool:
+    """A loss misuse that is only a summed reduction: a scale (its harm is a blow-up it drives), not a bug."""
+    sums = [e for e in h.evidence if e.get("type") == "loss_call_health"]
+    return h.kind == Kind.loss_misuse and bool(sums) and all(e.get("to") == "sum_reduction" for e in sums)
 
 
 def _defect(h: Hypothesis) -> bool:

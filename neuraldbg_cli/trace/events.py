@@ -123,6 +123,7 @@ class LossCallState(str, Enum):
     logits_to_nll = "logits_to_nll"  # a log-probability loss (nll_loss, kl_div) fed values above 0
     probabilities_to_nll = "probabilities_to_nll"  # a log-probability loss fed probabilities (softmax, not log)
     sum_reduction = "sum_reduction"  # reduction="sum" over many terms: gradients scale with the batch
+    negated = "negated"  # the loss minimised is negative and falls, though made of losses that are never below 0
 
 
 class EventType(str, Enum):

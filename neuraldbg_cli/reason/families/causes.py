@@ -272,6 +272,8 @@ def is_root_kind(h: Hypothesis) -> bool:
     """Whether `h` names a bug or broken data rather than a state of the network (see _ROOT_KINDS): also a
     normalisation fault that acts in training (a layer left in eval mode, frozen statistics), NaN/Inf in the
     data and a loss that falls without bound (a term with the wrong sign)."""
+    if h.kind == Kind.loss_misuse:  # a loss summed, not averaged, is a scale: a setting, like the lr
+        return not all(e.get("to") == "sum_reduction" for e in h.evidence)
     if h.kind in _ROOT_KINDS or falls_without_bound(h):
         return True
     if h.kind == Kind.normalization_fault:

@@ -200,6 +200,11 @@ def _loss_rule(
             f"{phrase} from step {first.step}: loss {m.get('recent', m.get('loss', 0)):.4g} now vs "
             f"{m.get('start', 0):.4g} at the start (best {m.get('best', 0):.4g})."
         )
+        if "chance" in m:  # it fell from a blow-up at initialisation to guessing (LossSeries.reference)
+            summary = summary[:-1] + (
+                f", no better than chance: ln(classes) = {m['chance']:.4g} is what predicting every class "
+                f"equally likely scores, so its fall from the start is no learning."
+            )
     return _hyp(kind, conf, None, first.step, summary, evs, tips, fixes=fixes)
 
 

@@ -349,10 +349,20 @@ class LossSeries(OscillationTest):
             return self._improved
         k = max(1, min(self.th.plateau_min_losses, self.n // 2))
         late = self._late_median() if k >= len(self.late) else statistics.median(list(self.late)[-k:])
-        gain = self.start() - late
+        gain = self.reference() - late
         se = (noise or 0.0) * math.sqrt(math.pi / 2 * (1 / len(self.first) + 1 / k))
         self._improved = gain > max(-self._factor(1 - self.th.plateau_improvement), self.th.plateau_sigma * se)
         return self._improved
+
+    def reference(self) -> float:
+        """What learning is measured from: the start, or the chance level ln(C) of a class loss that started
+        above it. Why: a classifier whose first loss is far above guessing (a blow-up at initialisation) and
+        falls to ln(C) has learned nothing (it predicts every class equally likely); its fall from the
+        blow-up is not progress."""
+        start = self.start()
+        if self.chance is None or self.raw:
+            return start
+        return min(start, math.log(self.chance))
 
     def metrics(self) -> dict[str, Any]:
         """The evidence of the latest judgement (built only when it is reported: most steps change nothing)."""
@@ -367,7 +377,9 @@ class LossSeries(OscillationTest):
         if self._extra:
             metrics.update(self._extra)
             if "improvement" in self._extra:
-                metrics["improvement"] = 1 - math.exp(self._late_median() - self.start())
+                metrics["improvement"] = 1 - math.exp(self._late_median() - self.reference())
+                if self.reference() < self.start():
+                    metrics["chance"] = self.chance
         return metrics
 
     def _judge(self, step: int) -> tuple[str, int]:

@@ -23,10 +23,11 @@ import math
 from typing import Any
 
 from neuraldbg_cli.config import Thresholds
-from neuraldbg_cli.reason.families.base import Family, Observer
+from neuraldbg_cli.reason.families.base import Board, Family, Observer
 from neuraldbg_cli.reason.families.context import Context, Event
 from neuraldbg_cli.reason.families.evidence import _hyp
 from neuraldbg_cli.trace.events import EventType, Hypothesis, Kind, LossCallState, LossCallStats, Origin, StepRecord
+from neuraldbg_cli.vocab import adaptive
 
 S = LossCallState
 SITE = "loss_call"
@@ -74,8 +75,22 @@ CONFIDENCE = {
     S.logits_to_nll.value: 0.9,
     S.probabilities_to_nll.value: 0.85,
     S.sum_reduction.value: 0.6,
+    S.negated.value: 0.85,
 }
 UNSTABLE = ("diverging", "oscillating")  # loss states under which a summed reduction is a cause
+# losses that are never below 0 whatever their input (a misused log-probability loss can be: see logits_to_nll)
+NON_NEGATIVE = frozenset(
+    {
+        "mse_loss",
+        "l1_loss",
+        "smooth_l1_loss",
+        "huber_loss",
+        "binary_cross_entropy",
+        "binary_cross_entropy_with_logits",
+        "cross_entropy",
+    }
+)
+NEGATED_FALL = 3.0  # a negative loss that fell to this many times its first value keeps falling: it is maximised
 
 
 def classify_loss_call(s: LossCallStats, th: Thresholds) -> str:
@@ -117,13 +132,53 @@ def _metrics(s: LossCallStats) -> dict[str, Any]:
 
 
 class LossCallObserver(Observer):
-    """Per sampled step: the first call of each loss, classified; one machine per loss name."""
+    """Per sampled step: the first call of each loss, classified; one machine per loss name. And the sign of
+    the loss the backward pass minimises (see _negated)."""
+
+    def __init__(self, board: Board) -> None:
+        super().__init__(board)
+        self.criteria: set[str] = set()  # every loss called (reduced) on a sampled step so far
+        self.mixed = False  # some loss was called unreduced (weighted per sample: an RL policy loss)
+        self.first: dict[str, tuple[int, float]] = {}  # series -> its first (step, loss) while all were negative
+        self.positive: set[str] = set()  # series that were ever >= 0
 
     def observe(self, rec: StepRecord) -> None:
+        etype = EventType.loss_call_health.value
         for name, s in rec.loss_calls.items():
             state = classify_loss_call(s, self.th)
-            etype = EventType.loss_call_health.value
             self.board.feed(("lossfn", name), S.normal.value, state, rec.step, _metrics(s), etype, SITE, None, None)
+            self.criteria.add(name)
+            self.mixed |= s.reduction == "none"
+        for series, loss in rec.losses.items():
+            if not math.isfinite(loss) or series in self.positive:
+                continue
+            if loss >= 0:
+                self.positive.add(series)
+                self.first.pop(series, None)
+            else:
+                self.first.setdefault(series, (rec.step, loss))
+        if rec.loss_calls:
+            found = self._negated(rec)
+            state = S.negated.value if found else S.normal.value
+            at, metrics = found or (rec.step, {})
+            self.board.feed(("lossfn", "sign"), S.normal.value, state, at, metrics, etype, SITE, None, None)
+
+    def _negated(self, rec: StepRecord) -> tuple[int, dict[str, Any]] | None:
+        """A loss series that was negative at every step and fell to NEGATED_FALL times its first value, while
+        every loss the script called is one that is never below 0 (cross-entropy, MSE, L1, BCE), reduced to a
+        number: only a minus sign (or a subtracted term) can have made it negative, and a falling negative loss
+        is that criterion rising: training maximises it. Unreduced losses weighted per sample (a policy
+        gradient's advantages) can be negative by design: not judged."""
+        if self.mixed or not self.criteria or not self.criteria <= NON_NEGATIVE:
+            return None
+        for series, (step, first) in self.first.items():
+            now = rec.losses.get(series)
+            if now is not None and math.isfinite(now) and now <= NEGATED_FALL * first:
+                name = min(self.criteria)
+                call = rec.loss_calls.get(name)
+                as_module = float(call is not None and call.module is not None)
+                return step, {"loss_id": _IDS.get(name, -1), "as_module": as_module, "first": first, "now": now}
+        return None
 
 
 # ---------------------------------------------------------------- rule
@@ -166,6 +221,17 @@ def _explain(ev: Event) -> tuple[str, list[str]]:
     call, inp, tgt = _call_name(name, m), _shape(m, "input") or (), _shape(m, "target")
     lo, hi, classes = m.get("min"), m.get("max"), int(m.get("classes") or 0)
     rng = f"[{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else "[0, 1]"
+    if ev.to == S.negated.value:
+        first, now = m.get("first") or 0.0, m.get("now") or 0.0
+        summary = (
+            f"The loss minimised has the wrong sign: it is negative from its first step and falls ({first:.4g} → "
+            f"{now:.4g}), yet it is made of {call}, which is never below 0: a minus sign turned it around, so "
+            f"each step makes {call} larger (training maximises it)."
+        )
+        return summary, [
+            f"minimise {call} itself: remove the minus in front of it (loss = criterion(output, target)); to "
+            f"maximise a score, negate the score, never the loss",
+        ]
     if ev.to == S.broadcast.value:
         summary = (
             f"{call} gets input {_fmt(inp)} and target {_fmt(tgt)}: they broadcast to {_fmt(_shape(m, 'broadcast'))}, "
@@ -249,7 +315,10 @@ def loss_misuse(ctx: Context) -> Hypothesis | None:
     unstable = ctx.select(types=[EventType.optimizer_instability.value], to=UNSTABLE) or ctx.select(
         types=[EventType.gradient_health_transition.value], to=["exploding"]
     )
-    if not unstable:  # a summed loss is fine at a suitably small learning rate
+    opts = [str(o.get("type") or "") for o in ctx.optimizers]
+    if not unstable or (opts and all(map(adaptive, opts))):
+        # a summed loss is fine at a suitably small learning rate, and under optimizers that normalise each
+        # step (Adam's family, RMSprop, Lion) its scale cancels out: the sum changes nothing there
         evs = [e for e in evs if e.to != S.sum_reduction.value]
     evs = [e for e in evs if not (e.to == S.sum_reduction.value and _divided_later(ctx, e.metrics))]
     if not evs:

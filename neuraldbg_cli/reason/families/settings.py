@@ -63,6 +63,7 @@ def learning_rate_setting(ctx: Context) -> SettingCause | None:
         # that is the decay, which weight_decay_setting names first; an lr in its usual range is no cause
         return None
     falls = [e for e in ctx.select(to=["diverging"]) if e.metrics.get("fall_factor") is not None]
+    falls += ctx.select(types=[EventType.loss_call_health.value], to=["negated"])
     if falls and not _lr_above_usual(ctx, onset):
         # a loss that falls without bound rewards growth (a term with the wrong sign): weights that grow with
         # it make every update large against them; an lr in its usual range is no cause (nor its cure)

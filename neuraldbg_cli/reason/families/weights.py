@@ -90,19 +90,23 @@ class WeightObserver(Observer):
                     ratio_big = None  # a step that shrinks the weights is a decay, not an oversized lr step
                 else:
                     ratio_big = ratio
-                rows.append((name, gs, info, key, ratio, ratio_big, collapsing, first))
+                rows.append((name, gs, info, key, ratio, ratio_big, collapsing, first, last))
             matrix = [r for r in rows if r[2] is not None and r[2].weight_ndim2]
             big = sum(1 for r in matrix if r[5] is not None and r[5] > th.update_oversized)
             small = sum(1 for r in matrix if r[6])
             oversized_model = bool(matrix) and big >= th.weights_majority * len(matrix)
             collapsing_model = bool(matrix) and small >= th.weights_majority * len(matrix)
-            for name, gs, info, key, ratio, ratio_big, collapsing, first in rows:
+            for name, gs, info, key, ratio, ratio_big, collapsing, first, last in rows:
                 prev = self.last_weights.get(key)
                 now = self.last_weights[key] = gs.checksum
                 grad = self.board.grad_since.pop((root, name), None)
                 gmachine = self.board.machines.get(("grad", root, name))
                 grad_ok = gmachine is None or (gmachine.state == GRAD_HEALTHY and gmachine.cand is None)
-                if prev is not None and now is not None and grad is not None and now == prev:
+                # bit-identical: the same checksums and the same norm. The checksum is exact for almost every
+                # change, but a sum of bit patterns cancels when two weights of one exponent move by opposite
+                # amounts (a 2-class bias under Adam: softmax's gradients sum to 0, its steps are +-lr); the
+                # norm sees that change, the checksum the updates too small for the norm's resolution
+                if prev is not None and now is not None and grad is not None and now == prev and gs.weight_norm == last:
                     if not grad_ok:
                         continue  # a vanishing/absent gradient explains still weights better
                     if (root, name) in resting and info is not None and info.in_optimizer:
