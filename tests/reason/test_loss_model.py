@@ -332,3 +332,17 @@ def test_the_incremental_statistics_equal_sorting_the_window():
             if len(hist) == s.hist.maxlen:  # the oscillation test's cheap exit reads these
                 assert list(s.swings) == [abs(b - a) for a, b in zip(hist, hist[1:])]
                 assert list(s.sizes) == [abs(v) for v in hist]
+
+
+def test_a_class_loss_that_fell_from_a_blow_up_to_chance_is_a_plateau():
+    # a deep GCN over an unnormalised adjacency: 2.6e4 at initialisation, falls to ln(4) = 1.386 and stays: it
+    # fell by four orders of magnitude and learned nothing (every class predicted equally likely)
+    chance = math.log(4)
+    losses = [2.6e4 * math.exp(-i / 3) + chance for i in range(40)] + noisy(chance * 0.985, 0.02, 80, seed=6)
+    evs = loss_events(_class_loss_run(losses, 4))
+    assert evs and evs[-1][1] == "plateau" and evs[-1][2] >= 25, evs  # once near chance
+    # the same fall to well below chance is learning
+    learned = [2.6e4 * math.exp(-i / 3) + 0.3 for i in range(40)] + noisy(0.3, 0.02, 80, seed=6)
+    assert "plateau" not in [t for _, t, _ in loss_events(_class_loss_run(learned, 4))]
+    # and without a class loss there is no chance level to hold it to
+    assert "plateau" not in [t for _, t, _ in loss_events(run(losses))]

@@ -146,3 +146,34 @@ def test_a_summed_class_loss_divided_afterwards_is_no_misuse():
     assert h is None
     _, h = run([{"cross_entropy": s}] * 4, [diverging(512 * 2.4)])
     assert h is not None and "reduction='mean'" in h.suggestions[0]
+
+
+def _signed_run(losses, calls):
+    board = Board()
+    obs = lossfn.LossCallObserver(board)
+    for step, v in enumerate(losses):
+        obs.observe(StepRecord(step=step, sampled=True, loss_calls=calls, losses={"": v}))
+    return board.events, lossfn.loss_misuse(Context(events=board.events))
+
+
+def test_a_negated_loss_made_of_losses_never_below_zero_is_named_with_its_fix():
+    # loss = -F.mse_loss(out, y): negative from the first step, and falling as the outputs grow
+    mse = {"mse_loss": stats("mse_loss", (64, 4), (64, 4))}
+    falling = [-1.0 * 1.3**i for i in range(12)]
+    events, h = _signed_run(falling, mse)
+    assert [e.to for e in events] == ["negated"] and h is not None and h.kind == Kind.loss_misuse
+    assert "wrong sign" in h.summary and "remove the minus" in h.suggestions[0]
+
+
+def test_negative_losses_that_may_be_negative_are_not_called_negated():
+    falling = [-1.0 * 1.3**i for i in range(12)]
+    mse = {"mse_loss": stats("mse_loss", (64, 4), (64, 4))}
+    # a policy loss: cross-entropy per sample, weighted by advantages that can be negative
+    policy = {"cross_entropy": stats("cross_entropy", (64, 4), (64,), classes=4, reduction="none")}
+    assert _signed_run(falling, policy) == ([], None)
+    # a log-likelihood the script writes itself (a flow, a Gaussian NLL) beside no criterion
+    assert _signed_run(falling, {}) == ([], None)
+    # a loss that was ever >= 0 (a regulariser subtracted later on) is not made negative by a sign alone
+    assert _signed_run([0.5] + falling, mse) == ([], None)
+    # negative but not falling: a constant offset, not a maximised criterion
+    assert _signed_run([-1.0 - 0.01 * i for i in range(12)], mse) == ([], None)

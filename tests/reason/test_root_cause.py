@@ -178,7 +178,15 @@ def test_raw_pixels_into_a_run_that_learns_are_a_note_and_a_nan_never_is():
 
 # ---------------------------------------------------------------- through the real CLI
 
-LINKED = ["data_nan.py", "exploding.py", "divergence.py", "dead_relu.py", "missing_step.py", "healthy_cnn_bn.py"]
+LINKED = [
+    "data_nan.py",
+    "exploding.py",
+    "divergence.py",
+    "dead_relu.py",
+    "missing_step.py",
+    "healthy_cnn_bn.py",
+    "negated_loss.py",
+]
 
 
 @pytest.mark.parametrize("asset", LINKED)
@@ -197,3 +205,24 @@ def test_every_drawn_link_holds_on_real_training(tmp_path, asset):
     for h in linked:
         if h["confidence"] >= 0.5:
             assert f"consequence of {h['caused_by']}, because: {h['because']}" in text
+
+
+def test_a_minus_sign_in_front_of_the_loss_is_the_root_of_its_fall_without_bound(tmp_path):
+    run_dir = tmp_path / "run"
+    run_cli("run", "--quiet", "--run-dir", run_dir, ASSETS / "negated_loss.py", cwd=tmp_path)
+    hyps = explain_json(run_dir)["hypotheses"]
+    top = hyps[0]
+    assert top["kind"] == "loss_misuse" and "wrong sign" in top["summary"], hyps
+    assert "remove the minus" in top["suggestions"][0]
+    div = [h for h in hyps if h["kind"] == "loss_divergence"]
+    assert div and div[0].get("caused_by") == "loss_misuse", div
+
+
+def test_a_dead_layer_leads_the_still_gradients_it_makes_and_no_weight_is_called_unchanged(tmp_path):
+    """A ReLU layer dead from initialisation feeds zeros to the head: the head's weight gets no gradient and its
+    2-class bias moves by +-lr under Adam (which a sum of bit patterns alone would read as unchanged)."""
+    run_dir = tmp_path / "run"
+    run_cli("run", "--quiet", "--run-dir", run_dir, ASSETS / "dead_relu.py", cwd=tmp_path)
+    hyps = explain_json(run_dir)["hypotheses"]
+    assert hyps[0]["kind"] == "dead_activation", hyps
+    assert "unchanged_weights" not in [h["kind"] for h in hyps]
