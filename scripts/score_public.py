@@ -8,7 +8,8 @@
 Each module in scripts/public_code/ names one public repository (REPO) at one commit (COMMIT) and a list of
 CASES (format: scripts/public_code/README.md). Nothing from those repositories is stored here: for every case
 the harness exports COMMIT from a local git mirror of the repository into a fresh work folder
-(`git --git-dir=MIRROR archive COMMIT | tar -x`), applies the case's one documented line change (broken cases
+(`git --git-dir=MIRROR archive COMMIT [-- ARCHIVE_PATHS] | tar -x`: a module's optional ARCHIVE_PATHS, git
+pathspecs, limit the export where the mirror lacks other blobs), applies the case's one documented line change (broken cases
 only; refused unless the old text occurs exactly once), makes the case's data there with the case's own
 `data(work)` (synthetic, deterministic, in the format the script reads: no downloads), and runs the script with
 its own flags.
@@ -82,7 +83,8 @@ def load_cases(folder: Path = CODE) -> list[dict]:
                 raise ValueError(f"{name}: a healthy case has no kinds, a broken one at least one")
             if lab["healthy"] != (c.get("patch") is None):
                 raise ValueError(f"{name}: healthy = the script as published (no patch); broken = one patch")
-            cases.append(dict(c, repo=mod.REPO, commit=mod.COMMIT, module=path.stem))
+            paths = list(getattr(mod, "ARCHIVE_PATHS", []))
+            cases.append(dict(c, repo=mod.REPO, commit=mod.COMMIT, module=path.stem, archive_paths=paths))
     return cases
 
 
@@ -134,7 +136,9 @@ def prepare(case: dict, folder: Path) -> tuple[Path | None, str | None]:
         return None, f"mirror {mirror} lacks commit {case['commit'][:12]}"
     work = folder / "repo"
     work.mkdir(parents=True)
-    arch = subprocess.Popen(gd + ["archive", case["commit"]], stdout=subprocess.PIPE)
+    # a module's ARCHIVE_PATHS (git pathspecs) limit the export: a mirror may lack blobs outside them (data)
+    paths = case.get("archive_paths") or []
+    arch = subprocess.Popen(gd + ["archive", case["commit"], "--", *paths], stdout=subprocess.PIPE)
     tar = subprocess.run(["tar", "-x", "-C", str(work)], stdin=arch.stdout, capture_output=True)
     arch.stdout.close()
     if arch.wait() or tar.returncode:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import heapq
+import re
 from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
@@ -192,6 +193,11 @@ def rank(
             h.caused_by = hyps[parents[j][0]].kind
             h.because = why[(parents[j][0], j)]
             h.summary += f" Likely a consequence of {h.caused_by.value}."
+            root = _first_root(j, parents)
+            if is_root_kind(hyps[root]) and root not in carriers:
+                _drop_lr_advice(h)
+                if not h.suggestions:
+                    h.suggestions = [f"fix {hyps[root].kind.value} first (above): this follows from it"]
 
     where = position or (lambda origin: 0)
     explains = {i for p in parents for i in p}
@@ -221,6 +227,26 @@ def rank(
     for i, h in enumerate(ordered, 1):
         h.rank = i
     return ordered
+
+
+def _first_root(j: int, parents: list[list[int]]) -> int:
+    """The hypothesis `j`'s chain of first causes leads to (itself when it has none; links never loop)."""
+    while parents[j]:
+        j = parents[j][0]
+    return j
+
+
+# advice.lower_lr / plateau_lr (the lr in force, and a value to move it to) and the clipping tips
+_STEP_TIP = re.compile(r"^(lr=\S+ with |clip gradients)")
+_STEP_FIXES = {"lr_scale", "clip_grad_norm"}
+
+
+def _drop_lr_advice(h: Hypothesis) -> None:
+    """A consequence of a bug (a loss with the wrong sign, weights no optimizer moves, NaN data, a layer in the
+    wrong mode) is not cured by resizing the steps: a lower lr or clipping slows the damage, a higher lr speeds
+    it up, and either sends the user away from the line to change. Those suggestions and fixes go."""
+    h.suggestions = [t for t in h.suggestions if not _STEP_TIP.match(t)]
+    h.fixes = [f for f in h.fixes if f.get("id") not in _STEP_FIXES]
 
 
 def _timing(cause: Hypothesis, effect: Hypothesis) -> str:
