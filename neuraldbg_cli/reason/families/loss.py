@@ -261,13 +261,34 @@ def loss_divergence(ctx: Context) -> Hypothesis | None:
     else:
         fixes = lower_lr_fix(ctx, at) + [fix("clip_grad_norm", tips[-2], max_norm=1.0)]
         h = _loss_rule(
-            ctx, "diverging", Kind.loss_divergence, 0.8, "The loss diverges (keeps growing)", tips, fixes=fixes
+            ctx,
+            "diverging",
+            Kind.loss_divergence,
+            0.8,
+            "The loss diverges (rises far above its best)",
+            tips,
+            fixes=fixes,
         )
+        if h is not None:
+            h.summary += _where_it_ended(ctx, min(evs, key=lambda e: e.step).metrics)
     blow = _blowups(ctx)
     if h is not None and blow:  # the forward pass shows where values grew first (the origin stays the loss)
         h.summary += f" In the forward pass, {_blowup_phrase(ctx, blow)[1]}."
         h.evidence = (h.evidence + _evidence(blow, 3))[:8]
     return h
+
+
+def _where_it_ended(ctx: Context, m: dict[str, Any]) -> str:
+    """How the run ended against the rise: still climbing, or levelled off above its best (a blow-up that then
+    went flat is not a loss that keeps growing)."""
+    summaries = ctx.select(types=[EventType.run_summary.value])
+    last = summaries[-1].metrics.get("last_loss") if summaries else None
+    best, recent = m.get("best"), m.get("recent")
+    if not isinstance(last, float) or not math.isfinite(last) or best is None or recent is None or last <= best:
+        return ""
+    if last > recent:
+        return f" It kept rising: {last:.4g} at the end."
+    return f" It then levelled off, ending at {last:.4g}: still above its best."
 
 
 def unstable_loss(ctx: Context) -> Hypothesis | None:
