@@ -4,6 +4,7 @@
     python scripts/score_public.py --plain -k adder   # run the plain scripts (to decide labels: do this first)
     python scripts/score_public.py                    # every case through the real CLI, judged against its label
     python scripts/score_public.py -k nanogpt --json out.json --keep /tmp/pub
+    python scripts/score_public.py --replay /tmp/pub    # after a reasoner change: re-explain the kept runs
 
 Each module in scripts/public_code/ names one public repository (REPO) at one commit (COMMIT) and a list of
 CASES (format: scripts/public_code/README.md). Nothing from those repositories is stored here: for every case
@@ -199,6 +200,7 @@ def run_case(case: dict, base: Path, mode: str, timeout: float | None, check_pla
     rc, out, err, secs = run_proc([sys.executable, "-m", "neuraldbg_cli", "run", "--quiet", "--run-dir", str(run_dir),
                                    script, *args], cwd, env, limit * 2)
     res.update(seconds=secs, stdout=out)
+    (folder / "stdout.txt").write_text(out)  # for --replay (a label may read the steps from it)
     if rc is None:
         return dict(res, crash=f"timeout after {limit * 2:.0f}s")
     if rc != want_exit:
@@ -209,6 +211,21 @@ def run_case(case: dict, base: Path, mode: str, timeout: float | None, check_pla
         res["same_output"] = normalised(res["plain_tail"]) == normalised(tail(out, n_tail))
     if "internal error" in err:
         return dict(res, crash="internal error: " + err.strip()[-300:])
+    return explained(res, run_dir, env)
+
+
+def replay_case(case: dict, base: Path) -> dict:
+    """--replay: explain the run directory a --keep left for this case, without training."""
+    folder = base / case["name"]
+    res = {"name": case["name"], "repo": case["repo"]}
+    if not (folder / "run").is_dir():
+        return dict(res, skipped=f"no kept run under {folder}")
+    out = folder / "stdout.txt"
+    res["stdout"] = out.read_text() if out.is_file() else ""
+    return explained(res, folder / "run", env_for(case, folder / "repo"))
+
+
+def explained(res: dict, run_dir: Path, env: dict) -> dict:
     ex = subprocess.run([sys.executable, "-m", "neuraldbg_cli", "explain", str(run_dir), "--format", "json"],
                         capture_output=True, text=True, env=env, timeout=300)
     if ex.returncode != 0:
@@ -262,6 +279,7 @@ def main() -> int:
     ap.add_argument("--json", help="write per-case results here")
     ap.add_argument("--keep", help="keep the work folders (repo copy, data, run dir) under this folder")
     ap.add_argument("--list", action="store_true", help="list the cases and their labels; run nothing")
+    ap.add_argument("--replay", help="explain the run directories a --keep left in this folder, without training")
     args = ap.parse_args()
     cases = [c for c in load_cases() if not args.k or any(k in c["name"] for k in args.k)]
     if args.list:
@@ -286,8 +304,11 @@ def main() -> int:
     mode = "plain" if args.plain else "observe"
     try:
         with ThreadPoolExecutor(max(1, args.j)) as pool:
-            results = list(pool.map(lambda c: run_case(c, base, mode, args.timeout, args.check_plain, args.tail),
-                                    cases))
+            if args.replay:
+                results = list(pool.map(lambda c: replay_case(c, Path(args.replay).resolve()), cases))
+            else:
+                results = list(pool.map(lambda c: run_case(c, base, mode, args.timeout, args.check_plain, args.tail),
+                                        cases))
     finally:
         if tmp is not None:
             tmp.cleanup()

@@ -4,7 +4,9 @@ Some findings are wrong whatever the loss does (a misused loss call, a NaN, a la
 no optimizer moves); others are statistics whose harm is what they do to training: a gradient that grew (from
 near zero, as attention keys and adapter factors do by construction), inputs on a raw scale. Those count
 (confidence >= the presence threshold) only when the run shows harm: the loss stalls, diverges, oscillates or
-turns non-finite, or does not improve, or another counted problem is present (which they may explain). Under
+turns non-finite, or does not improve, or another counted problem is present (which they may explain). "Improved"
+compares the loss's start (its first value, unless the first few are lower) with the mean of its latest window:
+the expected loss training minimises, which a loss swinging between 0 and 1e7 does not lower. Under
 an optimizer that normalises each step (Adam's family, RMSprop, Lion), a gradient's size does not size the
 update: large gradients count only with oversized updates, a blow-up of the loss or a NaN. Pure."""
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from neuraldbg_cli.reason.families.causes import summed_only
 from neuraldbg_cli.reason.families.context import Context
 from neuraldbg_cli.trace.events import EventType, Hypothesis, Kind
 from neuraldbg_cli.vocab import adaptive
@@ -30,7 +33,7 @@ def weigh(hyps: list[Hypothesis], ctx: Context, presence: float) -> list[Hypothe
     scale_harm = any(h.kind in LOSS_HARM - {Kind.loss_plateau} for h in counted)  # what a scale can drive
     other_harm = any(h.kind not in STATISTICS for h in counted)
     for h in counted:
-        if _summed_only(h) and not scale_harm:
+        if summed_only(h) and not scale_harm:
             why = "a loss summed over many terms only scales the gradients, and the loss neither diverges nor swings"
             h.confidence = min(h.confidence, NOTE)
             h.summary += f" Training is not harmed ({why}): a note, not a problem."
@@ -51,12 +54,6 @@ def weigh(hyps: list[Hypothesis], ctx: Context, presence: float) -> list[Hypothe
     return hyps
 
 
-def _summed_only(h: Hypothesis) -> bool:
-    """A loss misuse that is only a summed reduction: a scale (its harm is a blow-up it drives), not a bug."""
-    sums = [e for e in h.evidence if e.get("type") == "loss_call_health"]
-    return h.kind == Kind.loss_misuse and bool(sums) and all(e.get("to") == "sum_reduction" for e in sums)
-
-
 def _defect(h: Hypothesis) -> bool:
     """Wrong whatever the loss does: NaN/Inf in the data or the gradients."""
     return any(e.get("to") == "non_finite" for e in h.evidence)
@@ -68,12 +65,16 @@ def _trained(ctx: Context) -> str | None:
     if not summaries:
         return None
     m = summaries[-1].metrics
-    first, last = m.get("first_loss"), m.get("last_loss")
+    # (traces before late_loss: the last loss); the start is the first loss unless the first few are lower
+    first, last = m.get("start_loss", m.get("first_loss")), m.get("late_loss", m.get("last_loss"))
+    ended = m.get("last_loss")
+    if isinstance(ended, float) and not math.isfinite(ended):
+        return None  # it ended non-finite
     if not (isinstance(first, float) and isinstance(last, float) and math.isfinite(first) and math.isfinite(last)):
         return None
     if first - last < IMPROVED * abs(first) or first == 0:
         return None
-    return f"fell from {first:.4g} to {last:.4g}"
+    return f"fell from {first:.4g} to {last:.4g}" + (" (its latest level)" if "late_loss" in m else "")
 
 
 def _optimizer_of(ctx: Context, h: Hypothesis) -> str:

@@ -23,6 +23,7 @@ from neuraldbg_cli.reason.families.causes import (
     falls_without_bound,
     is_root_kind,
     mechanism,
+    summed_only,
 )
 from neuraldbg_cli.reason.families.context import Context
 from neuraldbg_cli.reason.families.settings import SETTINGS, SettingCause
@@ -166,10 +167,12 @@ def rank(
 
     links: list[tuple[int, int, str]] = []  # (cause, consequence, because), the preferred cause first
     carriers: set[int] = set()
+    scaled = False  # the learning rate is named: a summed loss is the same scale, not a cause of its own
     for setting in settings:
         named = name_setting(setting, hyps, presence, slack, causes)
         if named is not None:
             carriers.add(named)
+            scaled |= setting.setting == "learning_rate"
             links += [
                 (named, j, _setting_because(setting, hyps[named], h))
                 for j, h in enumerate(hyps)
@@ -177,6 +180,8 @@ def rank(
             ]
     upstream = list(CAUSES)
     for i in sorted(range(len(hyps)), key=lambda i: upstream.index(hyps[i].kind) if hyps[i].kind in CAUSES else 99):
+        if scaled and summed_only(hyps[i]):
+            continue  # lr x terms is one step size: the lr's carrier explains what it drove
         for j, h in enumerate(hyps):
             because = link(hyps[i], h) if i != j else None
             if because is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from neuraldbg_cli.trace.events import Hypothesis, Kind
+from neuraldbg_cli.trace.events import EventType, Hypothesis, Kind
 
 
 @dataclass(frozen=True)
@@ -268,12 +268,18 @@ def mechanism(cause: Hypothesis, effect: Hypothesis) -> str:
 _ROOT_KINDS = {Kind.loss_misuse, Kind.unchanged_weights, Kind.no_gradient}
 
 
+def summed_only(h: Hypothesis) -> bool:
+    """A loss misuse that is only a summed reduction: a scale of every gradient (the lr's twin), not a bug."""
+    calls = [e for e in h.evidence if e.get("type") == EventType.loss_call_health.value]
+    return h.kind == Kind.loss_misuse and bool(calls) and all(e.get("to") == "sum_reduction" for e in calls)
+
+
 def is_root_kind(h: Hypothesis) -> bool:
     """Whether `h` names a bug or broken data rather than a state of the network (see _ROOT_KINDS): also a
     normalisation fault that acts in training (a layer left in eval mode, frozen statistics), NaN/Inf in the
     data and a loss that falls without bound (a term with the wrong sign)."""
     if h.kind == Kind.loss_misuse:  # a loss summed, not averaged, is a scale: a setting, like the lr
-        return not all(e.get("to") == "sum_reduction" for e in h.evidence)
+        return not summed_only(h)
     if h.kind in _ROOT_KINDS or falls_without_bound(h):
         return True
     if h.kind == Kind.normalization_fault:

@@ -103,8 +103,14 @@ class LossObserver(Observer):
         return {
             "losses": float(self.losses_seen),
             "first_loss": statistics.median(main.first) if main and main.first else None,
+            "start_loss": main._start if main and main.first else None,  # what LossSeries judges from
             "best_loss": main._x(main.best) if main and math.isfinite(main.best) else None,
             "last_loss": self.last_loss,
+            # where the run ended: the mean of the main series' latest window, the expected loss training
+            # minimises (a loss swinging between 0 and 1e7 ends on 0 by chance, and its median is 0 too)
+            "late_loss": statistics.fmean(v for _, v in list(main.hist)[-self.th.loss_window :])
+            if main and main.hist
+            else None,
         }
 
 

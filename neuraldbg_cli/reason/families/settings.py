@@ -71,24 +71,29 @@ def learning_rate_setting(ctx: Context) -> SettingCause | None:
     ratios = [r for r in map(_ratio, evs) if r is not None]
     size = f"{100 * max(ratios):.3g}% of their size" if ratios else "a large fraction of their size"
     fix = next(iter(lower_lr(ctx, onset)), "lower the learning rate")
+    damage = (
+        Kind.dead_activation,
+        Kind.saturated_activation,
+        Kind.no_gradient,
+        Kind.vanishing_gradient,
+        Kind.residual_imbalance,  # branches and logits thrown out of scale by the oversized steps
+        Kind.attention_collapse,
+    )
+    tiers: tuple[tuple[Kind, ...], ...]
+    if ctx.select(types=[EventType.optimizer_instability.value], to=["diverging", "oscillating"]):
+        # the loss blows up or swings: that symptom, or the explosion that drives it, names the lr
+        tiers = (
+            (Kind.loss_divergence, Kind.unstable_loss, Kind.exploding_gradient),
+            (Kind.non_finite, Kind.loss_plateau, *damage),
+        )
+    else:  # the loss's own symptom (a NaN, a stall) names it; the network's damage follows
+        tiers = ((Kind.non_finite, Kind.loss_plateau), (Kind.exploding_gradient, *damage))
     return SettingCause(
         "learning_rate",
         onset,
         f"the learning rate is too large: each step changes the weights by {size} (healthy: about 0.1%)",
         fix,
-        (  # the training-level symptoms first (the loss's, or the explosion that drives it), then the damage
-            (Kind.loss_divergence, Kind.unstable_loss, Kind.exploding_gradient),
-            (
-                Kind.dead_activation,
-                Kind.saturated_activation,
-                Kind.non_finite,
-                Kind.loss_plateau,
-                Kind.no_gradient,
-                Kind.vanishing_gradient,
-                Kind.residual_imbalance,  # branches and logits thrown out of scale by the oversized steps
-                Kind.attention_collapse,
-            ),
-        ),
+        tiers,
         _evidence(evs, 3),
         contradicts="raise the learning rate",
         ends=_last_in_force(ctx, evs, "oversized"),
