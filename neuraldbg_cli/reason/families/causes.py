@@ -117,6 +117,26 @@ _SIGN = ((Kind.loss_divergence, "effect_sign_error"),)  # a loss falling without
 
 
 CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the first cause that holds
+    # gradients never zeroed: each step applies the sum of every gradient so far, an update that grows step after
+    # step like an ever larger learning rate, with all that a blow-up brings (from the second step on)
+    Kind.loop_misuse: Causes(
+        (
+            Kind.exploding_gradient,
+            Kind.loss_divergence,
+            Kind.unstable_loss,
+            Kind.non_finite,
+            Kind.loss_plateau,
+            Kind.saturated_activation,
+            Kind.dead_activation,
+            Kind.vanishing_gradient,
+            Kind.no_gradient,
+            Kind.residual_imbalance,
+            Kind.attention_collapse,
+            Kind.normalization_fault,
+        ),
+        needs_training=True,
+        unless=_DRIFT,
+    ),
     # the loss called wrongly: the model cannot learn what the loss asks (or is pushed without bound)
     Kind.loss_misuse: Causes(
         (
