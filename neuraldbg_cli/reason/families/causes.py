@@ -255,6 +255,8 @@ _HOW: dict[tuple[Kind, Kind | None], str] = {
     "times the mean's",
     (Kind.loss_misuse, Kind.non_finite): "gradients summed over many terms overflow",
     (Kind.loss_misuse, None): "the loss as called cannot be minimised the way training needs",
+    (Kind.loop_misuse, None): "gradients never zeroed add up over the steps, so each update is the sum of every "
+    "gradient so far and grows like an ever larger learning rate",
     (Kind.data_anomaly, Kind.normalization_fault): "NaN/Inf in a batch is written into the running statistics",
     (Kind.data_anomaly, None): "every forward pass starts from these values",
     (Kind.normalization_fault, None): "the layers after it receive values it failed to normalise",
@@ -285,7 +287,7 @@ def mechanism(cause: Hypothesis, effect: Hypothesis) -> str:
 # Kinds that name something the user did (a bug in the loss call or the loop, a layer in the wrong mode,
 # parameters no optimizer moves, broken data), not a state the network got into: a root, when nothing
 # present explains it, comes before the states of the network
-_ROOT_KINDS = {Kind.loss_misuse, Kind.unchanged_weights, Kind.no_gradient}
+_ROOT_KINDS = {Kind.loss_misuse, Kind.loop_misuse, Kind.unchanged_weights, Kind.no_gradient}
 
 
 def is_root_kind(h: Hypothesis) -> bool:
