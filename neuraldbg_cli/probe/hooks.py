@@ -9,7 +9,8 @@ per sampled step (or every `every` steps), never one `.item()` per module.
                  and activations; archreader: what layers are)
     rootfinder   which root model a call trains (over registry, roots: the models, held weakly)
     backward     backward passes and GradScaler.scale: each pass's loss, when passes begin and end
-    pacer        what a step is (stepclock decides), when gradients are read; stepcloser closes steps
+    pacer        what a step is (stepclock decides), when gradients are read; stepcloser closes steps;
+                 loopprobe whether gradients are zeroed between an optimizer's steps
     gradreader   gradient, weight and update norms, checksums (over paramsets: which parameters)
     optimizers   the optimizers of the run, their loss series and description
     records      the step under way, the buffers, their trip to the host (outbox)
@@ -34,6 +35,7 @@ from neuraldbg_cli.probe.backward import BackwardWatch
 from neuraldbg_cli.probe.gradreader import GradReader
 from neuraldbg_cli.probe.guard import Guard
 from neuraldbg_cli.probe.hookset import HookSet
+from neuraldbg_cli.probe.loopprobe import LoopSite, LoopWatch
 from neuraldbg_cli.probe.lossprobe import EXTRA_LOSSES
 from neuraldbg_cli.probe.observer import ForwardObserver
 from neuraldbg_cli.probe.optimizers import OptimizerWatch, optimizer_facts
@@ -74,11 +76,14 @@ class Probe:
         self._grads = GradReader(self._sets)
         self._finder = RootFinder(self.reg, self.outbox.models_changed, guard, lambda: steps.step)
         self._opts = OptimizerWatch(self._sets, self.outbox.models_changed, guard)
-        self._pacer = pacer = StepPacer(steps, guard, self._sets, self._grads, self._opts, self._finder, self.outbox)
+        self._loop = LoopWatch(self._sets, guard, self._loop_kept)
+        self._pacer = pacer = StepPacer(
+            steps, guard, self._sets, self._grads, self._opts, self._finder, self.outbox, self._loop
+        )
         self._forward = ForwardObserver(
             steps, self._finder, guard, begin=pacer.close_due, models_changed=self.outbox.models_changed
         )
-        self._backward = BackwardWatch(steps, pacer.clock, guard, begin=pacer.close_due, end=pacer.backward_end)
+        self._backward = BackwardWatch(steps, pacer.clock, guard, begin=pacer.backward_begin, end=pacer.backward_end)
         self.hooks = HookSet()
 
     def install(self) -> HookSet:
@@ -118,6 +123,12 @@ class Probe:
 
     def flush(self) -> None:
         self.outbox.flush()
+
+    def _loop_kept(self, site: LoopSite) -> None:
+        """An optimizer's gradients were found kept across its steps: model.json names the lines of its step() and
+        backward() calls (announced before the records that show it reach the monitor)."""
+        self._opts.notes[site.opt_id] = site.note()
+        self.outbox.models_changed()
 
     def _forget_params(self) -> None:
         """A root model died (called from a weakref callback, so plain assignments only): drop the caches

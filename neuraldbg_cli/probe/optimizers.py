@@ -36,6 +36,7 @@ class OptimizerWatch:
         self._described: dict[int, dict[str, Any]] = {}  # id(optimizer) -> description, kept after it is gone
         self._series: weakref.WeakKeyDictionary[Any, _Series] = weakref.WeakKeyDictionary()
         self._lr_at: dict[int, list[list[float]]] = {}  # id(optimizer) -> [step, lr of each group] when it changed
+        self.notes: dict[int, dict[str, Any]] = {}  # id(optimizer) -> more for its description (loopprobe's lines)
 
     def record_lr(self, opt: torch.optim.Optimizer, step: int) -> None:
         """The learning rate of each group in force at a sampled step (host floats, no device work), kept when it
@@ -106,6 +107,9 @@ class OptimizerWatch:
             }
             if self._lr_at.get(id(opt)):
                 self._described[id(opt)]["lr_at"] = [list(p) for p in self._lr_at[id(opt)]]
+        for key, note in self.notes.items():  # (also of an optimizer gone since its last description)
+            if key in self._described:
+                self._described[key].update(note)
         return list(self._described.values())
 
     def optimized_ids(self) -> set[int]:

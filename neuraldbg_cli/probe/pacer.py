@@ -13,6 +13,7 @@ import torch
 from neuraldbg_cli.errors import StopTraining
 from neuraldbg_cli.probe.gradreader import GradReader, UpdateBefore
 from neuraldbg_cli.probe.guard import Guard, compiling
+from neuraldbg_cli.probe.loopprobe import LoopWatch
 from neuraldbg_cli.probe.optimizers import OptimizerWatch
 from neuraldbg_cli.probe.paramsets import ParamSets
 from neuraldbg_cli.probe.records import Outbox, Steps
@@ -41,9 +42,10 @@ class StepPacer:
         opts: OptimizerWatch,
         finder: RootFinder,
         outbox: Outbox,
+        loop: LoopWatch,
     ) -> None:
         self._steps, self._guard, self._sets, self._grads = steps, guard, sets, grads
-        self._opts = opts
+        self._opts, self._loop = opts, loop
         self.clock = StepClock()
         self._closer = StepCloser(steps, guard, grads, finder, outbox, self.clock)
         self.stop_requested = False
@@ -64,6 +66,7 @@ class StepPacer:
             return
         if self.clock.takes_over(id(opt)):
             self._closer.close_before()
+        self._loop.pre_step(opt, self._steps.buf)
         if "grads" in off:
             return
         buf = self._steps.buf
@@ -95,6 +98,7 @@ class StepPacer:
             return
         if closes is None:
             return
+        self._loop.post_step(opt, buf)
         closure, before, self._closure, self._before = self._closure, self._before, False, None
         if closure and "grads" not in off:
             try:
@@ -205,6 +209,12 @@ class StepPacer:
         """Whether a parameter was changed in place since the last backward pass (StepClock.zero_grad: SAM's
         climb before its first optimizer step)."""
         return self._versions is not None and self._version_sum() != self._versions
+
+    def backward_begin(self) -> None:
+        """A backward pass begins: a due backward-counted step closes (close_due), and the loop checks whether the
+        gradients were zeroed since each optimizer's last step (see loopprobe)."""
+        self.close_due()
+        self._loop.backward_begin()
 
     def close_due(self) -> None:
         """A forward or backward pass begins: a backward-counted step (no optimizer: see StepClock) closes

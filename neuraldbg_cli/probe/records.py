@@ -18,7 +18,16 @@ import torch
 
 from neuraldbg_cli.probe import tensorstats as ts
 from neuraldbg_cli.probe.guard import Guard
-from neuraldbg_cli.trace.events import ActStats, AttnStats, GradStats, LossCallStats, NormStats, ResidStats, StepRecord
+from neuraldbg_cli.trace.events import (
+    ActStats,
+    AttnStats,
+    GradStats,
+    LoopStats,
+    LossCallStats,
+    NormStats,
+    ResidStats,
+    StepRecord,
+)
 
 # Checks one step holds before repeated keys are folded (StepBuffer.check): a few per module and forward, so
 # several dozen forwards of a large model; each is a 0-d device tensor (about 1 KB with its allocation), so
@@ -32,7 +41,7 @@ HOLD_LIMIT = 1 << 22
 class Slot(NamedTuple):
     """Where some of a buffer's parts go on the host (see `_place`)."""
 
-    what: str  # "loss", "full", "grad", "weight", "update", "checksum", "norm" or "loss_call"
+    what: str  # "loss", "full", "grad", "weight", "update", "checksum", "norm", "loss_call", "resid", "attn" or "loop"
     key: Any  # the series, the site (root, module, site), or the parameters' owners
     length: int  # values in the parts
     extra: Any  # what `_place` needs besides the values (a Layout, norm factors) or None
@@ -316,6 +325,8 @@ def _place(rec: StepRecord, what: str, key: Any, chunk: list[float], extra: Any)
         _place_resid(rec, key, chunk, extra)
     elif what == "attn":  # key: (root, module); extra: an attnprobe.AttnLayout
         _place_attn(rec, key, chunk, extra)
+    elif what == "loop":  # key: the optimizer's number; extra: a loopprobe.LoopLayout
+        _place_loop(rec, key, chunk, extra)
     elif what == "checksum":  # per parameter, kept apart: the module changed if any of its parameters did
         for owner, v in zip(key, chunk):
             gs = rec.grads.get(owner)
@@ -372,3 +383,13 @@ def _place_resid(rec: StepRecord, key: tuple[str, str], chunk: list[float], lay:
 
 def _place_attn(rec: StepRecord, key: tuple[str, str], chunk: list[float], lay: Any) -> None:
     rec.attn[key] = AttnStats(lay.source, lay.heads, lay.rows, lay.keys, chunk[0], chunk[1], chunk[2])
+
+
+def _place_loop(rec: StepRecord, key: int, chunk: list[float], lay: Any) -> None:
+    """An optimizer's interval since its last sampled step; the first "kept" of an optimizer is announced to its
+    site (model.json then names its lines: loopprobe.LoopSite.kept)."""
+    kept, stale = (lay.kept, lay.stale) if lay.kept is not None else (chunk[0], chunk[1])
+    site = lay.site
+    rec.loop[key] = LoopStats(lay.root, lay.module, kept, stale, lay.passes, site.line, site.backward_line)
+    if kept >= 0.5:
+        site.kept()

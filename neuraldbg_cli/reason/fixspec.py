@@ -25,6 +25,7 @@ FIXES: dict[str, tuple[dict[str, Any], str]] = {
         {"to": "ReLU", "init": "kaiming"},
         "replace nn.Sigmoid/nn.Tanh modules with nn.{to} (Linear/Conv weights: {init} init)",
     ),
+    "zero_grad": ({}, "set the gradients to None after each optimizer step (optimizer.zero_grad() after step())"),
 }
 # the words a text parameter accepts; init: He (kaiming_normal_, made for ReLU), Glorot (xavier_uniform_, made for
 # tanh/sigmoid), or the weights left as they are (keep: the swap alone)

@@ -38,6 +38,7 @@ class Kind(str, Enum):
     residual_imbalance = "residual_imbalance"  # a residual branch adds nothing or swamps its skip; a growing stream
     attention_collapse = "attention_collapse"  # attention logits grow without bound, rows collapse to one-hot
     loss_misuse = "loss_misuse"  # the loss is called wrongly (broadcasting target, softmax before cross_entropy...)
+    loop_misuse = "loop_misuse"  # the training loop calls the API wrongly (gradients never zeroed between steps...)
     rank_divergence = "rank_divergence"  # distributed: replicas that should be identical differ
     rank_desync = "rank_desync"  # distributed: ranks disagree on how far they trained
 
@@ -126,6 +127,13 @@ class LossCallState(str, Enum):
     negated = "negated"  # the loss minimised is negative and falls, though made of losses that are never below 0
 
 
+class LoopState(str, Enum):
+    """An optimizer's training loop (families/loop.py): what happens to its gradients between two of its steps."""
+
+    normal = "normal"
+    grads_not_zeroed = "grads_not_zeroed"  # nothing zeroed them since its last step: each step applies their sum
+
+
 class EventType(str, Enum):
     gradient_health_transition = "gradient_health_transition"
     activation_regime_shift = "activation_regime_shift"
@@ -138,6 +146,7 @@ class EventType(str, Enum):
     normalization_health = "normalization_health"
     residual_health = "residual_health"
     attention_health = "attention_health"
+    loop_health = "loop_health"
 
 
 # Every value neuraldbg writes in the `site` field and in run_summary's `from`/`to` (others are read too)
@@ -154,6 +163,7 @@ SITES = (
     "norm",
     "residual",
     "attention",
+    "loop",
 )
 RUN_STATES = ("running", "finished")
 
@@ -301,6 +311,24 @@ class LossCallStats:
     source: str | None = None  # the autograd op that made the input (lossprobe.source_op); None: no graph
 
 
+@dataclass(slots=True)
+class LoopStats:
+    """One optimizer between its last sampled step and this one (loopprobe.py), read off one parameter it steps.
+    kept: 1.0 when nothing zeroed that parameter's gradient between the two steps (set to None, or all zeros at a
+    backward pass), 0.0 when something did, -1.0 unknown (its gradient was all zeros after the last step);
+    stale: |gradient slice after the last step| / |slice now| (only meaningful when kept); passes: backward passes
+    between the two steps; line / backward_line: the script's line of the optimizer.step() call and of the backward()
+    call that begins its gradient, the first after the latest step of any optimizer (0: unknown)."""
+
+    root: str
+    module: str
+    kept: float
+    stale: float | None
+    passes: int
+    line: int = 0
+    backward_line: int = 0
+
+
 @dataclass
 class StepRecord:
     """Everything observed for one training step. On unsampled steps `acts`/`inputs` hold only a
@@ -316,6 +344,7 @@ class StepRecord:
     loss_calls: dict[str, LossCallStats] = field(default_factory=dict)  # loss name -> its first call, sampled steps
     resid: dict[tuple[str, str], ResidStats] = field(default_factory=dict)  # (root, block) -> sampled steps only
     attn: dict[tuple[str, str], AttnStats] = field(default_factory=dict)  # (root, module) -> sampled steps only
+    loop: dict[int, LoopStats] = field(default_factory=dict)  # optimizer (in the order first checked) -> its interval
     time: float | None = None  # when the step closed (perf_counter seconds): per-rank step times
     active: set[str] | None = None  # roots whose forward ran this step (None: unknown, judge all)
     # per optimizer stepped in this step, the (root, module) owners of its parameters (one shared, cached

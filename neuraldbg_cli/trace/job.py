@@ -246,7 +246,7 @@ MODEL_FIELDS = {
     "modules": dict,
     "wrappers": list,
 }
-OPTIMIZER_FIELDS = {"type": str, "groups": list, "params": int, "dtypes": list}
+OPTIMIZER_FIELDS = {"type": str, "groups": list, "params": int, "dtypes": list, "step_at": str, "backward_at": str}
 
 
 def _drop_mistyped(obj: dict[str, Any], fields: dict[str, type], where: str, warnings: list[str]) -> dict[str, Any]:

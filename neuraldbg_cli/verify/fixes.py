@@ -140,6 +140,22 @@ def _clip_grad_norm(params: dict[str, Any], hooks: HookSet) -> Applied:
     return applied
 
 
+def _zero_grad(params: dict[str, Any], hooks: HookSet) -> Applied:
+    """Each optimizer's parameters' gradients set to None right after its step, as optimizer.zero_grad() after
+    optimizer.step() does (set directly: the probe's patched zero_grad() reads a call as the script's own).
+    Registered before the probe's own step post-hook, which then finds them cleared, as in a script that zeroes."""
+    applied = Applied("zero_grad", params, "optimizer steps", "no optimizer step was taken")
+
+    def post_step(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        for group in opt.param_groups:
+            for p in group["params"]:
+                p.grad = None
+        applied.count += 1
+
+    hooks.add(_optimizer.register_optimizer_step_post_hook(post_step))
+    return applied
+
+
 def _warmup(params: dict[str, Any], hooks: HookSet) -> Applied:
     """Each optimizer's k-th step (0-based) runs at min(1, (k+1)/steps) of its groups' lr, put back after the step:
     the script's own schedulers read and set the lr as if there were no warm-up."""
@@ -304,6 +320,7 @@ _INSTALL: dict[str, Callable[[dict[str, Any], HookSet], Applied]] = {
     "bn_train_mode": _bn_train_mode,
     "reinit": _reinit,
     "activation_swap": _activation_swap,
+    "zero_grad": _zero_grad,
 }
 assert set(_INSTALL) == set(FIXES), "every fixspec.FIXES id needs its implementation here"
 

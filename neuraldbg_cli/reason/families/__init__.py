@@ -17,6 +17,7 @@ from neuraldbg_cli.reason.families import (
     attention,
     data,
     gradients,
+    loop,
     loss,
     lossfn,
     nonfinite,
@@ -40,6 +41,7 @@ FAMILIES: tuple[Family, ...] = (
     lossfn.FAMILY,
     residual.FAMILY,
     attention.FAMILY,
+    loop.FAMILY,
 )
 
 

@@ -117,6 +117,26 @@ _SIGN = ((Kind.loss_divergence, "effect_sign_error"),)  # a loss falling without
 
 
 CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the first cause that holds
+    # gradients never zeroed: each step applies the sum of every gradient so far, an update that grows step after
+    # step like an ever larger learning rate, with all that a blow-up brings (from the second step on)
+    Kind.loop_misuse: Causes(
+        (
+            Kind.exploding_gradient,
+            Kind.loss_divergence,
+            Kind.unstable_loss,
+            Kind.non_finite,
+            Kind.loss_plateau,
+            Kind.saturated_activation,
+            Kind.dead_activation,
+            Kind.vanishing_gradient,
+            Kind.no_gradient,
+            Kind.residual_imbalance,
+            Kind.attention_collapse,
+            Kind.normalization_fault,
+        ),
+        needs_training=True,
+        unless=_DRIFT,
+    ),
     # the loss called wrongly: the model cannot learn what the loss asks (or is pushed without bound)
     Kind.loss_misuse: Causes(
         (
@@ -235,6 +255,8 @@ _HOW: dict[tuple[Kind, Kind | None], str] = {
     "times the mean's",
     (Kind.loss_misuse, Kind.non_finite): "gradients summed over many terms overflow",
     (Kind.loss_misuse, None): "the loss as called cannot be minimised the way training needs",
+    (Kind.loop_misuse, None): "gradients never zeroed add up over the steps, so each update is the sum of every "
+    "gradient so far and grows like an ever larger learning rate",
     (Kind.data_anomaly, Kind.normalization_fault): "NaN/Inf in a batch is written into the running statistics",
     (Kind.data_anomaly, None): "every forward pass starts from these values",
     (Kind.normalization_fault, None): "the layers after it receive values it failed to normalise",
@@ -265,7 +287,7 @@ def mechanism(cause: Hypothesis, effect: Hypothesis) -> str:
 # Kinds that name something the user did (a bug in the loss call or the loop, a layer in the wrong mode,
 # parameters no optimizer moves, broken data), not a state the network got into: a root, when nothing
 # present explains it, comes before the states of the network
-_ROOT_KINDS = {Kind.loss_misuse, Kind.unchanged_weights, Kind.no_gradient}
+_ROOT_KINDS = {Kind.loss_misuse, Kind.loop_misuse, Kind.unchanged_weights, Kind.no_gradient}
 
 
 def summed_only(h: Hypothesis) -> bool:

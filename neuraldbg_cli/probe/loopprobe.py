@@ -1,0 +1,250 @@
+"""The training loop as the optimizer steps and backward passes show it (families/loop.py judges it): whether an
+optimizer's gradients are zeroed between two of its steps.
+
+After a sampled optimizer step, one parameter it stepped (the first observed one with a dense gradient, not an
+embedding's) is remembered, weakly, with an evenly spread slice of its gradient (SLICE elements, copied on the
+device). At each backward pass that begins before that optimizer's next step, the parameter's gradient is tested:
+set to None (zero_grad()'s default, `p.grad = None`) is seen on the host; zeroed in place (zero_grad(set_to_none=
+False), `p.grad.zero_()`, `p.grad.data.zero_()`, which a version counter does not show: `.data` has its own) reads
+all zeros in the slice, a 0-d bool on the device, OR-ed over the passes with no host read (on the CPU, where reading
+needs no synchronisation, read at once). At the optimizer's next step the interval goes in the step's buffer:
+kept (nothing zeroed it and the slice was not all zeros: that step applies the sum of both steps' gradients),
+zeroed, or unknown (the slice was all zeros after the step: nothing to tell), with the share of the gradient
+left over from before (|slice then| / |slice now|).
+
+Why every backward pass, not the first only: a GAN's generator backward runs through the discriminator after D's
+step and adds to D's gradients; D's own zero_grad() comes later, before D's own backward. Intended accumulation
+(several backward passes, zeroed after the step) is zeroed before the first of them. A closure optimizer (LBFGS)
+runs its backward passes inside step(): no pass falls between two of its steps, and nothing is recorded.
+
+Cost: on sampled steps only, per optimizer a copy of SLICE elements after its step and one reduction of SLICE
+elements per backward pass until its next step; nothing is kept that refers to a gradient (a view would make
+autograd accumulate out of place)."""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+
+from neuraldbg_cli.probe import tensorstats as ts
+from neuraldbg_cli.probe.guard import Guard
+from neuraldbg_cli.probe.paramsets import ParamSets
+from neuraldbg_cli.probe.provenance import call_site
+from neuraldbg_cli.probe.records import StepBuffer
+
+SLICE = 256  # gradient elements a check reads: an even sample of the whole tensor (its first rows can be all 0)
+RESHAPE_LIMIT = 1 << 16  # a non-contiguous gradient is flattened (a copy) only up to this many elements
+
+
+class LoopSite:
+    """One optimizer, for its whole life: its number (in the order first checked), where the script steps it and
+    runs the backward pass that begins its gradient (the latest interval's: _Interval.backward), and whether a check found its gradients kept (then model.json names
+    those lines: `note`)."""
+
+    __slots__ = ("index", "opt_id", "step_at", "line", "backward_at", "backward_line", "kept_seen", "_on_kept")
+
+    def __init__(self, index: int, opt_id: int, on_kept: Callable[[LoopSite], None]) -> None:
+        self.index, self.opt_id, self._on_kept = index, opt_id, on_kept
+        self.step_at, self.line = _where()
+        self.backward_at, self.backward_line = "", 0
+        self.kept_seen = False
+
+    def kept(self) -> None:
+        """A check of this optimizer read "kept" (records._place, as the step's values reach the host)."""
+        if not self.kept_seen:
+            self.kept_seen = True
+            self._on_kept(self)
+
+    def note(self) -> dict[str, str]:
+        """What model.json says of this optimizer's loop: the script lines of its step() and backward() calls."""
+        out = {}
+        if self.line:
+            out["step_at"] = f"{self.step_at}:{self.line}"
+        if self.backward_line:
+            out["backward_at"] = f"{self.backward_at}:{self.backward_line}"
+        return out
+
+
+class LoopLayout(NamedTuple):
+    """What `records._place` needs of a check besides its values: host values when they are known on the host
+    (`kept` None: the values are the part's two floats, kept and stale)."""
+
+    site: LoopSite
+    root: str
+    module: str
+    passes: int
+    kept: float | None = None
+    stale: float | None = None
+
+
+class _Interval:
+    """An optimizer from its last sampled step to its next step."""
+
+    __slots__ = ("site", "param", "owner", "snap", "found", "zeroed", "zeroed_host", "passes", "backward", "restart")
+
+    def __init__(
+        self, site: LoopSite, param: torch.Tensor, owner: tuple[str, str], snap: torch.Tensor, found: torch.Tensor
+    ) -> None:
+        self.site, self.param, self.owner = site, weakref.ref(param), owner
+        self.snap, self.found = snap, found  # the slice after the step; whether it holds a non-zero (device bool)
+        self.zeroed: torch.Tensor | None = None  # some pass saw the slice all zeros (device bool, OR-ed)
+        self.zeroed_host = False  # some pass saw the gradient None (or, on the CPU, all zeros)
+        self.passes = 0
+        # where the script runs the first backward pass since the latest optimizer step (of any optimizer): the
+        # pass that begins this optimizer's own gradient (a GAN's D: its real batch, not G's pass through D)
+        self.backward: tuple[str, int] = ("", 0)
+        self.restart = True
+
+
+_SHOWN: dict[str, str] = {}  # a frame's file name -> as model.json shows it
+
+
+def _where() -> tuple[str, int]:
+    """The script's file (relative to the working directory when under it) and line of the call being observed."""
+    file, line = call_site()
+    shown = _SHOWN.get(file)
+    if shown is None:
+        shown = file
+        try:
+            rel = os.path.relpath(file) if file else ""
+            shown = rel if rel and not rel.startswith("..") else file
+        except ValueError:  # another drive (Windows)
+            pass
+        if len(_SHOWN) < 256:
+            _SHOWN[file] = shown
+    return shown, line
+
+
+def _read_now(t: torch.Tensor) -> bool:
+    """Whether a value on `t`'s device is read on the host at once (the CPU: no device to wait for); elsewhere it
+    stays on the device until the step's one transfer."""
+    return t.is_cpu
+
+
+def _slice(g: torch.Tensor) -> torch.Tensor | None:
+    """SLICE elements spread evenly over the gradient `g` (a view, no copy, for a contiguous one); None when it has
+    no dense elements to read."""
+    if g.layout is not torch.strided:
+        return None
+    g = ts.local(g.detach())
+    n = g.numel()
+    if not n:
+        return None
+    if g.is_contiguous():
+        flat = g.view(-1)
+    elif n <= RESHAPE_LIMIT:
+        flat = g.reshape(-1)
+    else:
+        return None
+    return flat[:: max(1, n // SLICE)][:SLICE]
+
+
+class LoopWatch:
+    """Fed by the pacer: `post_step` (an outermost optimizer step ended), `backward_begin`, `pre_step` (the next
+    outermost step begins); `on_kept(site)` is called the first time a check of an optimizer reads "kept"."""
+
+    def __init__(self, sets: ParamSets, guard: Guard, on_kept: Callable[[LoopSite], None]) -> None:
+        self._sets, self._guard, self._on_kept = sets, guard, on_kept
+        self._sites: weakref.WeakKeyDictionary[torch.optim.Optimizer, LoopSite] = weakref.WeakKeyDictionary()
+        self._open: weakref.WeakKeyDictionary[torch.optim.Optimizer, _Interval] = weakref.WeakKeyDictionary()
+        self._count = 0
+
+    def post_step(self, opt: torch.optim.Optimizer, buf: StepBuffer) -> None:
+        """An optimizer step ended: the other optimizers' next backward pass is their own (see _Interval.backward);
+        a sampled one remembers one parameter it stepped and a slice of its gradient."""
+        if self._open:
+            self._open.pop(opt, None)
+            for iv in self._open.values():
+                iv.restart = True
+        if not buf.sampled or "loop" in self._guard.off:
+            return
+        try:
+            site = self._sites.get(opt)
+            if site is None:
+                site = self._sites[opt] = LoopSite(self._count, id(opt), self._on_kept)
+                self._count += 1
+            ps, sparse = self._sets.of_optimizer(opt), self._sets.sparse()
+            for p, owner in zip(ps.params, ps.owners):
+                g = p.grad
+                if g is None or id(p) in sparse:
+                    continue
+                part = _slice(g)
+                if part is None:
+                    continue
+                with torch.no_grad():
+                    snap = part.clone()
+                    found = snap.any()
+                if _read_now(snap) and not found:  # all zeros: nothing to tell (read at once on the CPU)
+                    return
+                self._open[opt] = _Interval(site, p, owner, snap, found)
+                return
+        except Exception as e:  # noqa: BLE001
+            self._guard.fault("loop", e)
+
+    def backward_begin(self) -> None:
+        """A backward pass begins: for each optimizer between two steps, was its gradient zeroed since its step?"""
+        if not self._open or "loop" in self._guard.off:
+            return
+        try:
+            for opt, iv in list(self._open.items()):
+                iv.passes += 1
+                if iv.restart:
+                    iv.restart, iv.backward = False, _where()
+                if iv.zeroed_host:
+                    continue
+                p = iv.param()
+                if p is None:  # the model is gone
+                    del self._open[opt]
+                    continue
+                g = p.grad
+                if g is None:
+                    iv.zeroed_host = True
+                    continue
+                part = _slice(g)
+                if part is None or part.shape != iv.snap.shape:  # replaced by something else: nothing to tell
+                    del self._open[opt]
+                    continue
+                with torch.no_grad():
+                    zero = part.any().logical_not()
+                    if _read_now(zero):
+                        iv.zeroed_host = bool(zero)
+                    else:
+                        iv.zeroed = zero if iv.zeroed is None else iv.zeroed.logical_or(zero)
+        except Exception as e:  # noqa: BLE001
+            self._guard.fault("loop", e)
+
+    def pre_step(self, opt: torch.optim.Optimizer, buf: StepBuffer) -> None:
+        """The optimizer's next step begins: its interval, if a backward pass fell in it, goes in the buffer."""
+        iv = self._open.pop(opt, None) if self._open else None
+        if iv is None or not iv.passes or "loop" in self._guard.off:
+            return
+        try:
+            p = iv.param()
+            if p is None:
+                return
+            site = iv.site
+            if iv.backward[1]:
+                site.backward_at, site.backward_line = iv.backward
+            layout = LoopLayout(site, iv.owner[0], iv.owner[1], iv.passes)
+            g = p.grad
+            if iv.zeroed_host or g is None:
+                buf.extend("loop", iv.site.index, [], layout._replace(kept=0.0))
+                return
+            part = _slice(g)
+            if part is None or part.shape != iv.snap.shape:
+                return
+            with torch.no_grad():
+                now = torch.linalg.vector_norm(part.float())
+                stale = torch.linalg.vector_norm(iv.snap.float()) / now.clamp_min(1e-30)
+                if _read_now(iv.snap):  # found (else no interval) and never zeroed: kept
+                    buf.extend("loop", iv.site.index, [], layout._replace(kept=1.0, stale=stale.item()))
+                    return
+                zeroed = iv.zeroed if iv.zeroed is not None else torch.zeros((), dtype=torch.bool, device=part.device)
+                kept = iv.found.logical_and(zeroed.logical_not()).float() - iv.found.logical_not().float()
+                buf.add("loop", iv.site.index, torch.stack([kept, stale.to(kept.device)]), layout)
+        except Exception as e:  # noqa: BLE001
+            self._guard.fault("loop", e)

@@ -1,0 +1,145 @@
+"""The training loop: the order in which the script calls the training API, read at optimizer steps and backward
+passes (probe/loopprobe.py).
+
+State (LoopState), one debounced machine per optimizer (numbered in the order first checked):
+- grads_not_zeroed: between two of its steps, each following a backward pass, nothing zeroed the gradient of the
+  parameter it is read off (no zero_grad(), no `.grad = None`, no in-place zero): autograd adds every backward
+  pass to what is there, so each step applies the sum of every gradient since the last zeroing, a sum that grows
+  step after step (with SGD the effective step size grows with the step count; the loss swings, then diverges).
+Told apart from what is healthy by when the gradients are zeroed, not by how many backward passes a step has:
+intended accumulation (several backward passes per step, zeroed after the step) is zeroed before the next step's
+first backward; a GAN's discriminator, whose gradients the generator's backward pollutes after D's step, is zeroed
+(`netD.zero_grad()`) before D's own backward; zero_grad(set_to_none=False), `p.grad.zero_()` and
+`p.grad.data.zero_()` leave zeros, which the check reads. A closure optimizer (LBFGS) is not judged: its backward
+passes run inside its step.
+
+The event names the parameter's model and module (`root`, `module`) and carries `optimizer` (its number),
+`line` (the script line of its step() call), `backward_line` (of the first backward() checked after it), `passes`
+(backward passes between the two steps) and `stale_share` (|gradient after the previous step| / |gradient now|, on
+an even slice of it); model.json's optimizer description says `step_at` / `backward_at` ("file:line") for an
+optimizer found keeping its gradients."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from neuraldbg_cli.reason.families.base import Family, Observer
+from neuraldbg_cli.reason.families.context import Context, Event
+from neuraldbg_cli.reason.families.evidence import _hyp, _still
+from neuraldbg_cli.reason.fixspec import fix
+from neuraldbg_cli.trace.events import EventType, Hypothesis, Kind, LoopState, LoopStats, Origin, StepRecord
+
+S = LoopState
+SITE = "loop"
+CONFIDENCE = 0.92  # a direct reading: the gradient was there, unzeroed, when the next backward pass began
+ENDED = 0.4  # the script zeroes its gradients since (a state that ended: presence under 0.5)
+
+
+def classify_loop(s: LoopStats) -> str | None:
+    """Pure: one optimizer's interval between two steps -> a LoopState value; None when it tells nothing (no
+    backward pass between the steps, or a gradient all zeros after the first one)."""
+    if s.passes < 1 or s.kept < 0 or s.kept != s.kept:
+        return None
+    return S.grads_not_zeroed.value if s.kept >= 0.5 else S.normal.value
+
+
+class LoopObserver(Observer):
+    """Per record: each optimizer's interval checked (sampled steps), one machine per optimizer."""
+
+    def observe(self, rec: StepRecord) -> None:
+        for k, s in rec.loop.items():
+            state = classify_loop(s)
+            if state is None:
+                continue
+            metrics: dict[str, Any] = {
+                "optimizer": k,
+                "line": s.line or None,
+                "backward_line": s.backward_line or None,
+                "passes": s.passes,
+                "stale_share": s.stale if state == S.grads_not_zeroed.value else None,
+            }
+            etype = EventType.loop_health.value
+            self.board.feed(("loop", k), S.normal.value, state, rec.step, metrics, etype, SITE, s.root, s.module)
+
+
+# ---------------------------------------------------------------- rule
+
+
+def _optimizer(ctx: Context, ev: Event) -> dict[str, Any]:
+    """model.json's description of the optimizer the event is about: the one whose step() line it names (and that
+    trains the event's model), else the only one that trains that model."""
+    line = ev.metrics.get("line")
+    trains = [o for o in ctx.optimizers if isinstance(o.get("roots"), list) and ev.root in o["roots"]]
+    if line:
+        for o in trains or ctx.optimizers:
+            at = o.get("step_at")
+            if isinstance(at, str) and at.rpartition(":")[2] == str(int(line)):
+                return o
+    return trains[0] if len(trains) == 1 else {}
+
+
+def _at(o: dict[str, Any], key: str, line: float | None) -> str:
+    """ "file:line" of a call as model.json has it, else "line N" from the event, else ""."""
+    at = o.get(key)
+    if isinstance(at, str) and at:
+        return at
+    return f"line {int(line)}" if line else ""
+
+
+def _where(at: str) -> str:
+    return f" ({at})" if at else ""
+
+
+def loop_misuse(ctx: Context) -> Hypothesis | None:
+    evs = ctx.select(types=[EventType.loop_health.value], to=[S.grads_not_zeroed.value], sites=[SITE])
+    if not evs:
+        return None
+    first = min(evs, key=lambda e: e.step)
+    onset = first.step
+    held = _still(ctx, evs, S.grads_not_zeroed.value)
+    conf = CONFIDENCE if held else ENDED
+    o = _optimizer(ctx, first)
+    kind = str(o.get("type") or "optimizer")
+    step_at = _at(o, "step_at", first.metrics.get("line"))
+    backward_at = _at(o, "backward_at", first.metrics.get("backward_line"))
+    model = first.root or "the model"
+    summary = (
+        "Gradients are never zeroed between optimizer steps: "
+        f"{kind}.step(){' at ' + step_at if step_at else ''} is called again with no zero_grad() (nor .grad = None) "
+        f"since its previous step, from step {onset} on, so the gradients of {model} add up across steps and each "
+        "step applies the sum of every gradient so far."
+    )
+    if not held:
+        ended = [
+            e.step
+            for e in ctx.select(types=[EventType.loop_health.value], to=[S.normal.value], sites=[SITE])
+            if e.step > onset
+        ]
+        summary = (
+            f"Gradients were not zeroed between optimizer steps from step {onset}"
+            + (f" to step {min(ended)}" if ended else "")
+            + f": {kind}.step(){' at ' + step_at if step_at else ''} applied the sum of the gradients since its "
+            "earlier steps; they are zeroed since."
+        )
+    tips = [
+        "zero the gradients once per optimizer step: call optimizer.zero_grad() before loss.backward()"
+        f"{_where(backward_at)}, or right after optimizer.step(){_where(step_at)}: "
+        "`optimizer.zero_grad(); loss.backward(); optimizer.step()`",
+        "if accumulating gradients over micro-batches is intended, zero them after each step: "
+        "`(loss / k).backward(); if (i + 1) % k == 0: optimizer.step(); optimizer.zero_grad()`",
+    ]
+    if len(ctx.optimizers) > 1:
+        tips.append(
+            "a model that another model's backward also reaches (a GAN's discriminator through the generator's "
+            "loss) must be zeroed right before its own backward: netD.zero_grad(); errD.backward(); optD.step()"
+        )
+    h = _hyp(Kind.loop_misuse, conf, None, onset, summary, evs, tips, fixes=[fix("zero_grad", tips[0])])
+    h.origin = Origin(module=None, step=onset, root=first.root)
+    extra = {k: v for k, v in (("optimizer_type", kind), ("step_at", step_at), ("backward_at", backward_at)) if v}
+    for e in h.evidence:
+        if e.get("optimizer") == first.metrics.get("optimizer"):
+            e.update(extra)
+    return h
+
+
+FAMILY = Family("loop", LoopObserver, (loop_misuse,))

@@ -1,0 +1,451 @@
+"""The training-loop family (loop_misuse): gradients never zeroed between optimizer steps, told apart from intended
+accumulation, GAN loops, zero_grad(set_to_none=False) and manual zeroing. The probe's checks in-process, the
+classifier, machine and rule on hand-made records and events, the ranking, and real scripts through the CLI."""
+import json
+import re
+
+import pytest
+import torch
+import torch.nn as nn
+from conftest import ASSETS, explain_json, run_cli
+
+from neuraldbg_cli.config import KNOWN_KINDS, Thresholds, parse_fail_on
+from neuraldbg_cli.probe.hooks import Probe
+from neuraldbg_cli.reason.families.context import Context
+from neuraldbg_cli.reason.families.loop import ENDED, classify_loop, loop_misuse
+from neuraldbg_cli.reason.monitor import Monitor
+from neuraldbg_cli.reason.reasoner import rank
+from neuraldbg_cli.trace.events import (
+    EventType,
+    Hypothesis,
+    Kind,
+    LoopState,
+    LoopStats,
+    Origin,
+    SemanticEvent,
+    StepRecord,
+)
+
+TH = Thresholds()
+KEPT, NORMAL = LoopState.grads_not_zeroed.value, LoopState.normal.value
+
+
+# ---------------------------------------------------------------- the probe, in-process
+
+
+class Recorder:
+    def __init__(self, every=1):
+        self.records, self.faults = [], []
+        self.probe = Probe(self.records.extend, lambda: None, every=every, warn=self.faults.append)
+
+    def __enter__(self):
+        self.probe.install()
+        return self
+
+    def __exit__(self, *exc):
+        self.probe.close()
+        assert not self.faults, self.faults
+
+    def checks(self, k=0):
+        """step -> LoopStats of optimizer k, for the steps that recorded one."""
+        return {r.step: r.loop[k] for r in self.records if k in r.loop}
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+
+
+def _train(mode, steps=6, every=1, accum=1):
+    """A classifier's loop, its gradients zeroed as `mode` says (see the branches)."""
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(0)
+    with Recorder(every) as rec:
+        for _ in range(steps):
+            if mode == "zero_grad":
+                opt.zero_grad()
+            elif mode == "keep_zeros":
+                opt.zero_grad(set_to_none=False)
+            elif mode == "grad_none":
+                for p in model.parameters():
+                    p.grad = None
+            elif mode == "data_zero":
+                for p in model.parameters():
+                    if p.grad is not None:
+                        p.grad.data.zero_()
+            elif mode == "grad_zero":
+                for p in model.parameters():
+                    if p.grad is not None:
+                        p.grad.zero_()
+            for _ in range(accum):
+                x = torch.randn(16, 8, generator=g)
+                y = torch.randint(0, 3, (16,), generator=g)
+                nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            if mode == "after_step":
+                opt.zero_grad()
+        rec.described = rec.probe.optimizer_info()  # model.json's optimizers, while the optimizer lives
+    return rec
+
+
+def test_gradients_never_zeroed_are_kept_at_every_check():
+    rec = _train("none")
+    checks = rec.checks()
+    assert sorted(checks) == [1, 2, 3, 4, 5]  # from the second step: the interval since the first
+    assert all(c.kept == 1.0 and c.passes == 1 for c in checks.values())
+    assert all(c.root == "Sequential" and c.module == "0" for c in checks.values())
+    assert all(0 < c.stale for c in checks.values())
+    first = checks[1]
+    assert first.line > 0 and first.backward_line > 0 and first.line != first.backward_line
+
+
+@pytest.mark.parametrize("mode", ["zero_grad", "keep_zeros", "grad_none", "data_zero", "grad_zero", "after_step"])
+def test_every_way_of_zeroing_reads_zeroed(mode):
+    checks = _train(mode).checks()
+    assert sorted(checks) == [1, 2, 3, 4, 5], mode
+    assert all(c.kept == 0.0 for c in checks.values()), (mode, checks)
+
+
+@pytest.mark.parametrize("mode,kept", [("none", 1.0), ("zero_grad", 0.0), ("keep_zeros", 0.0), ("data_zero", 0.0)])
+def test_the_device_path_reads_the_same(monkeypatch, mode, kept):
+    """Off the CPU the checks stay on the device (0-d bools OR-ed over the passes, one 2-value part per check in the
+    step's transfer): run that path on CPU tensors."""
+    from neuraldbg_cli.probe import loopprobe
+
+    monkeypatch.setattr(loopprobe, "_read_now", lambda t: False)
+    checks = _train(mode).checks()
+    assert sorted(checks) == [1, 2, 3, 4, 5]
+    assert all(c.kept == kept for c in checks.values()), checks
+    assert all(c.stale is not None and c.stale > 0 for c in checks.values() if kept)
+
+
+def test_a_gradient_all_zeros_after_the_step_tells_nothing(monkeypatch):
+    """A gradient exactly 0 after the step (a loss multiplied by 0) cannot tell kept from zeroed: the CPU opens no
+    interval, the device path records -1 (unknown), and neither is judged."""
+    from neuraldbg_cli.probe import loopprobe
+
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
+    for on_device in (False, True):
+        if on_device:
+            monkeypatch.setattr(loopprobe, "_read_now", lambda t: False)
+        with Recorder() as rec:
+            for _ in range(4):
+                (0 * nn.functional.cross_entropy(model(x), y)).backward()  # never zeroed, but always exactly 0
+                opt.step()
+        checks = rec.checks()
+        assert (sorted(checks) == [1, 2, 3] and all(c.kept == -1.0 for c in checks.values())) if on_device else (
+            not checks), checks
+        assert all(classify_loop(c) is None for c in checks.values())
+
+
+def test_accumulation_zeroed_after_the_step_is_zeroed_and_without_it_kept():
+    zeroed = _train("after_step", accum=4).checks()
+    assert zeroed and all(c.kept == 0.0 and c.passes == 4 for c in zeroed.values())
+    kept = _train("none", accum=4).checks()
+    assert kept and all(c.kept == 1.0 and c.passes == 4 for c in kept.values())
+
+
+def test_only_sampled_steps_are_checked():
+    checks = _train("none", steps=25, every=10).checks()
+    # intervals that begin after a sampled step: steps 0-9 are sampled (warm-up), then 10 and 20
+    assert sorted(checks) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 21]
+
+
+def _gan(zero_d=True, steps=5):
+    torch.manual_seed(0)
+    G = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
+    D = nn.Sequential(nn.Linear(2, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
+    opt_d = torch.optim.Adam(D.parameters(), lr=1e-3)
+    opt_g = torch.optim.Adam(G.parameters(), lr=1e-3)
+    bce = nn.BCEWithLogitsLoss()
+    with Recorder() as rec:
+        for _ in range(steps):
+            if zero_d:
+                D.zero_grad()
+            bce(D(torch.randn(32, 2) + 2), torch.ones(32, 1)).backward()
+            fake = G(torch.randn(32, 4))
+            bce(D(fake.detach()), torch.zeros(32, 1)).backward()
+            opt_d.step()
+            G.zero_grad()
+            bce(D(fake), torch.ones(32, 1)).backward()  # also adds to D's gradients, after D's step
+            opt_g.step()
+    return rec
+
+
+def test_gan_discriminator_polluted_by_the_generator_then_zeroed_is_zeroed():
+    rec = _gan()
+    d, g = rec.checks(0), rec.checks(1)
+    assert d and g
+    assert all(c.kept == 0.0 for c in [*d.values(), *g.values()]), (d, g)
+    assert all(c.passes == 3 for c in d.values())  # G's pass through D, then D's two own
+
+
+def test_gan_discriminator_never_zeroed_is_kept_and_names_its_own_backward():
+    rec = _gan(zero_d=False)
+    d, g = rec.checks(0), rec.checks(1)
+    assert d and all(c.kept == 1.0 for c in d.values())
+    assert g and all(c.kept == 0.0 for c in g.values())
+    # the backward named is D's own first one (its real batch), not G's pass through D right after D's step
+    lines = {c.backward_line for c in d.values()}
+    assert len(lines) == 1 and lines != {c.backward_line for c in g.values()}
+
+
+def test_sam_double_pass_is_zeroed():
+    """Sharpness-aware minimisation: backward, climb, zero_grad, a second backward at the perturbed weights, back,
+    the optimizer's step, zero_grad: two backward passes per step, each on zeroed gradients."""
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator().manual_seed(0)
+    with Recorder() as rec:
+        for _ in range(6):
+            x, y = torch.randn(16, 8, generator=g), torch.randint(0, 3, (16,), generator=g)
+            nn.functional.cross_entropy(model(x), y).backward()
+            with torch.no_grad():
+                climb = [0.05 * p.grad / (p.grad.norm() + 1e-12) for p in model.parameters()]
+                for p, e in zip(model.parameters(), climb):
+                    p.add_(e)
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            with torch.no_grad():
+                for p, e in zip(model.parameters(), climb):
+                    p.sub_(e)
+            opt.step()
+            opt.zero_grad()
+    checks = rec.checks()
+    assert checks and all(c.kept == 0.0 and c.passes == 2 for c in checks.values()), checks
+
+
+def test_a_closure_optimizer_is_not_judged():
+    """LBFGS runs its backward passes inside step(): no pass falls between two of its steps."""
+    model = _mlp()
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=3)
+    x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
+
+    def closure():
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        return loss
+
+    with Recorder() as rec:
+        for _ in range(4):
+            opt.step(closure)
+    assert not rec.checks()
+
+
+def test_the_check_keeps_nothing_that_makes_autograd_accumulate_out_of_place():
+    """Autograd adds a backward pass into the .grad tensor in place unless something else refers to it; the
+    check keeps a copy, never a view, so the gradient tensor stays the same object with the same storage."""
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
+    with Recorder():
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        p = next(model.parameters())
+        ptr = p.grad.data_ptr()
+        for _ in range(3):
+            nn.functional.cross_entropy(model(x), y).backward()
+            assert p.grad.data_ptr() == ptr
+            opt.step()
+
+
+def test_model_json_names_the_lines_only_for_an_optimizer_that_keeps_its_gradients():
+    for mode, named in (("none", True), ("zero_grad", False)):
+        rec = _train(mode)
+        (desc,) = rec.described
+        assert ("step_at" in desc) is named, (mode, desc)
+        if named:
+            file, _, line = desc["step_at"].rpartition(":")
+            assert file.endswith("test_loop.py") and int(line) == rec.checks()[1].line
+            assert desc["backward_at"].endswith(f":{rec.checks()[1].backward_line}")
+
+
+# ---------------------------------------------------------------- classifier, machine, rule, ranking
+
+
+def _stats(kept, passes=1, stale=0.5):
+    return LoopStats("Net", "fc1", kept, stale, passes, line=42, backward_line=40)
+
+
+def test_classify_loop():
+    assert classify_loop(_stats(1.0)) == KEPT
+    assert classify_loop(_stats(0.0)) == NORMAL
+    assert classify_loop(_stats(-1.0)) is None  # a gradient all zeros after the step: nothing to tell
+    assert classify_loop(_stats(1.0, passes=0)) is None  # no backward pass between the steps
+    assert classify_loop(_stats(float("nan"))) is None
+
+
+def _monitor(kepts):
+    events = []
+    mon = Monitor(TH, events.append)
+    for step, kept in enumerate(kepts, 1):
+        rec = StepRecord(step=step, sampled=True)
+        if kept is not None:
+            rec.loop[0] = _stats(kept)
+        mon.observe(rec)
+    mon.finish()
+    return [e for e in events if e.type == EventType.loop_health.value]
+
+
+def test_the_machine_confirms_three_kept_checks_dated_at_the_first():
+    evs = _monitor([0.0, 1.0, 1.0, 1.0, 1.0])
+    assert [(e.from_, e.to, e.step, e.site, e.root, e.module) for e in evs] == [
+        (NORMAL, KEPT, 2, "loop", "Net", "fc1")
+    ]
+    assert evs[0].metrics["line"] == 42 and evs[0].metrics["backward_line"] == 40
+    assert evs[0].metrics["optimizer"] == 0 and evs[0].metrics["passes"] == 1
+    assert not _monitor([1.0, 0.0, 1.0, 0.0, 1.0, 0.0])  # never three in a row
+    assert not _monitor([0.0] * 6)
+    assert len(_monitor([1.0, None, 1.0, None, 1.0])) == 1  # steps without a check do not break the run
+
+
+def _ev(step, to, frm=NORMAL, optimizer=0, root="Net", module="conv1"):
+    return SemanticEvent(
+        type=EventType.loop_health.value, step=step, module=module, root=root, from_=frm, to=to, site="loop",
+        metrics={"optimizer": optimizer, "line": 42.0, "backward_line": 40.0, "passes": 1.0, "stale_share": 0.55},
+    )
+
+
+OPTIMIZERS = [
+    {"type": "Adam", "roots": ["Other"], "groups": []},
+    {"type": "SGD", "roots": ["Net"], "groups": [], "step_at": "train.py:42", "backward_at": "train.py:40"},
+]
+
+
+def test_rule_names_the_optimizer_its_line_and_the_fix():
+    h = loop_misuse(Context(events=[_ev(1, KEPT)], optimizers=OPTIMIZERS))
+    assert h is not None and h.kind == Kind.loop_misuse and h.confidence >= 0.9
+    assert h.origin.step == 1 and h.origin.module is None and h.origin.root == "Net"
+    assert "never zeroed" in h.summary and "SGD.step() at train.py:42" in h.summary
+    assert "zero_grad()" in h.suggestions[0] and "train.py:40" in h.suggestions[0]
+    assert "accumulat" in h.suggestions[1]
+    ev = h.evidence[0]
+    assert ev["step_at"] == "train.py:42" and ev["optimizer_type"] == "SGD" and ev["module"] == "conv1"
+
+
+def test_rule_without_the_lines_in_model_json_quotes_the_event_line():
+    h = loop_misuse(Context(events=[_ev(1, KEPT)], optimizers=[{"type": "SGD", "roots": ["Net"], "groups": []}]))
+    assert "SGD.step() at line 42" in h.summary and "line 40" in h.suggestions[0]
+
+
+def test_rule_a_state_that_ended_is_not_present():
+    h = loop_misuse(Context(events=[_ev(1, KEPT), _ev(30, NORMAL, frm=KEPT)], optimizers=OPTIMIZERS))
+    assert h.confidence == ENDED < 0.5 and "to step 30" in h.summary
+    assert loop_misuse(Context(events=[_ev(1, NORMAL, frm=KEPT)])) is None
+
+
+def _h(kind, step, conf=0.9):
+    return Hypothesis(kind=kind, confidence=conf, origin=Origin(step=step), summary=kind.value)
+
+
+def test_loop_misuse_ranks_first_as_the_cause_of_what_it_produces():
+    hyps = [
+        _h(Kind.exploding_gradient, 20, 0.95),
+        _h(Kind.loss_divergence, 19),
+        _h(Kind.unstable_loss, 5),
+        _h(Kind.non_finite, 40, 0.95),
+        _h(Kind.dead_activation, 30),
+        _h(Kind.loop_misuse, 1, 0.92),
+    ]
+    ordered = rank(hyps, slack=10, loss_window=10)
+    assert ordered[0].kind == Kind.loop_misuse
+    assert all(h.caused_by is not None for h in ordered[1:])
+    assert {h.kind for h in ordered if h.caused_by == Kind.loop_misuse} >= {
+        Kind.exploding_gradient, Kind.loss_divergence, Kind.unstable_loss
+    }
+
+
+def test_loop_misuse_explains_nothing_present_before_training():
+    ordered = rank([_h(Kind.loop_misuse, 1, 0.92), _h(Kind.exploding_gradient, 0, 0.95)], slack=10)
+    # a bug of the loop leads (a root), but the explosion present before any step is not its consequence
+    assert [h.kind for h in ordered] == [Kind.loop_misuse, Kind.exploding_gradient]
+    assert all(h.caused_by is None for h in ordered)
+
+
+def test_fail_on_accepts_loop_misuse():
+    assert "loop_misuse" in KNOWN_KINDS and parse_fail_on("loop_misuse,non_finite") == ["loop_misuse", "non_finite"]
+
+
+# ---------------------------------------------------------------- real scripts through the CLI
+
+BROKEN = [
+    ("loop_mnist.py", ("--zero", "none"), "loop_mnist.py:58"),
+    ("loop_accumulation.py", ("--zero", "none"), "loop_accumulation.py:31"),
+    ("loop_gan.py", ("--zero-d", "no"), "loop_gan.py:32"),
+]
+HEALTHY = [
+    ("loop_mnist.py", ("--zero", "zero_grad")),
+    ("loop_mnist.py", ("--zero", "keep_zeros")),
+    ("loop_mnist.py", ("--zero", "grad_none")),
+    ("loop_mnist.py", ("--zero", "data_zero")),
+    ("loop_mnist.py", ("--zero", "model")),
+    ("loop_accumulation.py", ()),
+    ("loop_gan.py", ()),
+]
+
+
+def _line(script, text):
+    """`script:N` of the first line of the asset's code that starts with `text`."""
+    lines = (ASSETS / script).read_text().splitlines()
+    return f"{script}:{next(i for i, s in enumerate(lines, 1) if s.strip().startswith(text))}"
+
+
+@pytest.mark.parametrize("script,args,backward", BROKEN, ids=[f"{s}{' '.join(a)}" for s, a, _ in BROKEN])
+def test_gradients_never_zeroed_is_the_first_hypothesis(observe, script, args, backward):
+    obs = observe(script, *args)
+    assert obs.proc.returncode == 0, obs.proc.stderr
+    top = obs.top
+    assert top["kind"] == "loop_misuse" and top["rank"] == 1 and top["confidence"] >= 0.9, obs.report["hypotheses"]
+    assert top["origin"]["step"] == 1 and top["origin"]["module"] is None
+    assert obs.report["status"] == "problems_found"
+    step = _line(script, "optimizerD.step()" if script == "loop_gan.py" else "optimizer.step()")
+    assert re.search(rf"step\(\) at \S*{re.escape(step)} ", top["summary"]), top["summary"]
+    assert backward in top["suggestions"][0], top["suggestions"]
+    for h in obs.report["hypotheses"][1:]:  # what it produced is its consequence
+        assert h["confidence"] < 0.5 or h.get("caused_by") == "loop_misuse", h
+
+
+def test_the_asset_lines_are_the_ones_named():
+    assert _line("loop_mnist.py", "loss.backward()") == BROKEN[0][2]
+    assert _line("loop_accumulation.py", "loss.backward()") == BROKEN[1][2]
+    assert _line("loop_gan.py", "errD_real.backward()") == BROKEN[2][2]
+
+
+@pytest.mark.parametrize("script,args", HEALTHY, ids=[f"{s}{' '.join(a)}" for s, a in HEALTHY])
+def test_healthy_twins_are_quiet(observe, script, args):
+    obs = observe(script, *args)
+    assert obs.proc.returncode == 0, obs.proc.stderr
+    assert obs.report["status"] == "healthy", obs.report["hypotheses"]
+    assert not [h for h in obs.report["hypotheses"] if h["confidence"] >= 0.5]
+    assert not [e for e in obs.run_dir.joinpath("events.jsonl").read_text().splitlines() if "loop_health" in e]
+    model = json.loads(obs.run_dir.joinpath("model.json").read_text())
+    assert all("step_at" not in o for o in model["optimizers"])  # model.json as before when nothing is kept
+
+
+def test_fail_on_loop_misuse_exits_3(observe):
+    obs = observe("loop_mnist.py", "--zero", "none")
+    assert run_cli("explain", obs.run_dir, "--fail-on", "loop_misuse").returncode == 3
+    healthy = observe("loop_mnist.py", "--zero", "zero_grad")
+    assert run_cli("explain", healthy.run_dir, "--fail-on", "loop_misuse").returncode == 0
+
+
+def test_verify_zero_grad_cures_it(tmp_path):
+    """`verify` applies the zero_grad fix from outside the script (the gradients set to None after each optimizer
+    step): the trial no longer shows loop_misuse and its loss is lower."""
+    run_dir = tmp_path / "run"
+    r = run_cli("run", "-q", "--run-dir", run_dir, ASSETS / "loop_mnist.py", "--zero", "none", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    (top,) = [h for h in explain_json(run_dir)["hypotheses"] if h["kind"] == "loop_misuse"]
+    assert [f["id"] for f in top["fixes"]] == ["zero_grad"] and "zero_grad()" in top["fixes"][0]["text"]
+    v = run_cli("verify", run_dir, "--fix", "zero_grad", timeout=400)
+    assert v.returncode == 0, v.stdout + v.stderr
+    doc = json.loads((run_dir / "verify.json").read_text())
+    (entry,) = [f for f in doc["fixes"] if f["kind"] == "loop_misuse"]
+    assert entry["id"] == "zero_grad" and entry["status"] == "verified", entry
+    assert entry["metric"]["trial"] < entry["metric"]["control"]
+    trial = json.loads((run_dir / "verify" / "zero_grad" / "trial.json").read_text())
+    assert trial["fix"]["applied"] > 0, trial
