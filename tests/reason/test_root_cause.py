@@ -176,6 +176,35 @@ def test_raw_pixels_into_a_run_that_learns_are_a_note_and_a_nan_never_is():
     assert by_kind(explain(nan, models, optimizer("SGD", 0.01)))[Kind.data_anomaly].confidence >= 0.9
 
 
+def test_a_loss_swinging_between_zero_and_huge_has_not_fallen_because_it_ended_on_zero():
+    """Adam at lr 10 on separable blobs: the step loss swings 0 <-> 1e7 and ends on a 0. 'The loss fell' reads
+    the mean of its latest window (the expected loss), so the explosion with oversized updates is no note."""
+    evs = [ev(GRAD, 1, "m0", "healthy", "exploding", "gradient", rms=519.0)]
+    evs += [ev(UPD, 1, m, "updating", "oversized", "weights", update_ratio=0.66) for m in ("m0", "m2")]
+    ended = ev("run_summary", 320, None, "", "", "run", root=None, first_loss=5e6, start_loss=2.3, last_loss=0.0,
+               late_loss=2.2e7, steps=320)
+    assert by_kind(explain(evs + [ended], MODELS, optimizer("Adam", 10.0)))[Kind.exploding_gradient].confidence >= 0.5
+    # a run whose latest window is low on average did learn: the same explosion is a note there
+    learned = ev("run_summary", 320, None, "", "", "run", root=None, first_loss=5e6, start_loss=2.3, last_loss=0.0,
+                 late_loss=0.2, steps=320)
+    h = by_kind(explain(evs + [learned], MODELS, optimizer("SGD", 0.01)))[Kind.exploding_gradient]
+    assert h.confidence < 0.5 and "fell from 2.3 to 0.2 (its latest level)" in h.summary
+
+
+def test_a_huge_lr_under_a_stalled_loss_is_named_on_the_plateau_not_the_network_damage():
+    """nanoGPT at lr 1: oversized updates, a swamped residual branch at step 3, the loss stuck from step 8 and
+    never blowing up: the loss's own symptom (the plateau) states the lr and leads."""
+    evs = [ev(UPD, s, m, "updating", "oversized", "weights", update_ratio=0.7) for s in (0, 10) for m in ("m0", "m2")]
+    evs += [
+        ev("residual_health", 3, "m1", "normal", "swamping", "residual", ratio=22.0),
+        ev(LOSS, 8, None, "normal", "plateau", "loss", recent=3.2, start=3.9, best=3.0),
+    ]
+    hyps = explain(evs, MODELS, optimizer("AdamW", 1.0))
+    assert hyps[0].kind == Kind.loss_plateau and "learning rate is too large" in hyps[0].summary.lower(), hyps
+    assert by_kind(hyps)[Kind.residual_imbalance].caused_by == Kind.loss_plateau
+    assert_links_have_evidence(hyps)
+
+
 # ---------------------------------------------------------------- through the real CLI
 
 LINKED = [
