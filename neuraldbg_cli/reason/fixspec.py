@@ -94,7 +94,8 @@ def _value(text: str, name: str, default: Any, fix_id: str) -> Any:
 
 def annotate(fixes: list[dict[str, Any]], kind: str, verified: dict[str, Any]) -> list[dict[str, Any]]:
     """A hypothesis's fixes with what `verify` found (verify.json's entry of the same kind, id and params):
-    `verified` (status) and `verified_detail` (its reason, with the numbers); verified fixes first."""
+    `verified` (status) and `verified_detail` (its reason, with the numbers); by status, verified fixes first,
+    and within a status in verify.json's order (verify lists the verified by effect, the best cure first)."""
     entries = verified.get("fixes") if isinstance(verified, dict) else None
     if not isinstance(entries, list):
         return fixes
@@ -103,16 +104,26 @@ def annotate(fixes: list[dict[str, Any]], kind: str, verified: dict[str, Any]) -
         for e in entries
         if isinstance(e, dict) and isinstance(e.get("params", {}), dict)
     }
+    place = {id(e): i for i, e in enumerate(entries)}
+    at: dict[int, int] = {}
     for f in fixes:
         e = found.get((kind, f["id"], spec(f["id"], f["params"])))
         if e is not None and e.get("status") in STATUSES:
             f["verified"] = e["status"]
             f["verified_detail"] = str(e.get("reason") or "")
-    return sorted(fixes, key=lambda f: STATUSES.get(f.get("verified", ""), len(STATUSES)))
+            at[id(f)] = place[id(e)]
+    return sorted(fixes, key=lambda f: (STATUSES.get(f.get("verified", ""), len(STATUSES)), at.get(id(f), 0)))
 
 
-STATUSES = {"verified": 0, "not_verified": 1, "inconclusive": 2}  # in the order fixes are listed
-MARKS = {"verified": "verified ✓", "not_verified": "not verified ✗", "inconclusive": "inconclusive ?"}
+# verify's statuses, in the order fixes are listed (the contract's words)
+STATUSES = {"verified": 0, "partial": 1, "not_verified": 2, "worse": 3, "inconclusive": 4}
+MARKS = {
+    "verified": "verified ✓",
+    "partial": "partial ~",
+    "not_verified": "not verified ✗",
+    "worse": "worse ✗✗",
+    "inconclusive": "inconclusive ?",
+}
 
 
 def verdicts(fixes: list[dict[str, Any]]) -> list[tuple[str, str]]:

@@ -325,6 +325,9 @@ def explain(run: RunData, min_confidence: float = 0.5) -> Report:
     )
     for h in hyps:
         h.fixes = fixspec.annotate(h.fixes, h.kind.value, run.verify)
+        if h.fixes and h.fixes[0].get("verified") == "verified":  # the best proven cure is the first thing to try
+            best = h.fixes[0]["text"]
+            h.suggestions = [best] + [t for t in h.suggestions if t != best]
     steps = steps_observed(run)
     warnings = list(run.warnings)
     state = run.meta.get("status")

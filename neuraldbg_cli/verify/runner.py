@@ -18,7 +18,7 @@ from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.errors import NeuraldbgError
 from neuraldbg_cli.reason import fixspec
 from neuraldbg_cli.trace.events import Report
-from neuraldbg_cli.verify.trialrun import Command, Outcome, python_for, read_outcome, run_one
+from neuraldbg_cli.verify.trialrun import LATE, Command, Outcome, python_for, read_outcome, run_one
 
 SCHEMA = "neuraldbg.verify/1"
 VERIFY_FILE = "verify.json"
@@ -51,6 +51,7 @@ class Plan:
     seeds: list[int | None]
     timeout: float
     estimate_s: float
+    original_ok: bool = True  # the recorded run finished (a control that crashes is then verify's problem)
     specs: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -171,7 +172,8 @@ def make_plan(
     per_trial = START_S + float(wall) * min(1.0, n / max(1, observed))
     seed_list: list[int | None] = [None] if seeds is None else list(range(1, seeds + 1))
     limit = timeout if timeout is not None else max(120.0, 10 * per_trial)
-    return Plan(Path(run_dir).absolute(), cmd, cands, n, seed_list, limit, per_trial)
+    original_ok = meta.get("status") in ("finished", "stopped")
+    return Plan(Path(run_dir).absolute(), cmd, cands, n, seed_list, limit, per_trial, original_ok)
 
 
 def execute(plan: Plan, min_conf: float, say: Any = print) -> tuple[dict[str, Any], bool]:
@@ -196,7 +198,8 @@ def execute(plan: Plan, min_conf: float, say: Any = print) -> tuple[dict[str, An
             say(f"  [{i}/{len(runs)}] {out.name}: interrupted; verify stops with the results so far")
             break
     fixes = [judge(c, plan, done, min_conf) for c in plan.candidates]
-    fixes.sort(key=lambda f: {"verified": 0, "not_verified": 1}.get(f["status"], 2))
+    # by status, and the verified by effect: the best proven cure first
+    fixes.sort(key=lambda f: (ORDER.get(f["status"], len(ORDER)), -effect(f["metric"]), _level(f["metric"])))
     control = {"runs": [done[(None, s)].doc() for s in plan.seeds if (None, s) in done]}
     doc = {"schema": SCHEMA, "steps": plan.steps, "seeds": len(plan.seeds), "control": control, "fixes": fixes}
     if interrupted:
@@ -212,27 +215,74 @@ def progress_line(out: Outcome) -> str:
     return f"{out.name}{seed}: {out.steps} steps, loss {_fmt(out.loss)}, {kinds} ({out.wall_s:.1f} s)"
 
 
-def _fmt(x: float | None) -> str:
-    return "NaN/Inf" if x is None or not math.isfinite(x) else f"{x:.4g}"
-
-
-def _worse(trial: float, control: float) -> bool:
-    """The trial's last loss worse than the control's (2% slack; a non-finite loss is the worst)."""
-    if not math.isfinite(trial):
-        return True
-    return math.isfinite(control) and trial > control + 0.02 * abs(control) + 1e-6
+MIN_EFFECT = 0.05  # the smallest change of the loss's level that counts, as a share of the control's (one seed)
+ORDER = {"verified": 0, "partial": 1, "not_verified": 2, "worse": 3, "inconclusive": 4}
 
 
 def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs and all(map(math.isfinite, xs)) else None
 
 
+def addressed(kind: str, causes: dict[str, str], kinds: dict[str, float]) -> set[str]:
+    """What a fix for `kind` is meant to cure in the control: its root (following 'likely a consequence of') and
+    every problem that root explains, `kind` included."""
+    root, seen = kind, {kind}
+    while root in causes and causes[root] not in seen:
+        root = causes[root]
+        seen.add(root)
+
+    def root_of(k: str) -> str:
+        trail = {k}
+        while k in causes and causes[k] not in trail:
+            k = causes[k]
+            trail.add(k)
+        return k
+
+    return {k for k in kinds if root_of(k) == root} | {kind}
+
+
+def margin(controls: list[float]) -> float:
+    """How far the loss's level must move to count: MIN_EFFECT of the control's, or the spread of the control
+    between seeds when that is larger (a change inside seed noise is no effect)."""
+    finite = [abs(x) for x in controls if math.isfinite(x)]
+    if not finite:
+        return math.inf
+    spread = max(controls) - min(controls) if len(controls) > 1 and len(finite) == len(controls) else 0.0
+    return max(MIN_EFFECT * sum(finite) / len(finite), spread, 1e-12)
+
+
+def seed_verdict(kind: str, ctl: Outcome, tri: Outcome, need: float, on: str) -> tuple[str, str]:
+    """(status, why) of one seed: worse (the loss's level rose beyond `need`, or turned non-finite); not
+    verified (the symptom stays, a new problem appears, or the loss did not move beyond `need`); partial (the
+    symptom went, problems the fix was meant to cure remain: its root, that root's other consequences);
+    verified."""
+    a, b = tri.late, ctl.late
+    moved = f"{_fmt(b)} → {_fmt(a)}"
+    if math.isfinite(b) and not math.isfinite(a):
+        return "worse", f"the loss turned non-finite{on} (control {_fmt(b)})"
+    if math.isfinite(a) and math.isfinite(b) and a > b + need:
+        return "worse", f"the loss got worse{on}: {moved}"
+    if kind in tri.kinds:
+        return "not_verified", f"{kind} still present{on} (confidence {tri.kinds[kind]:.2f}; loss {moved})"
+    new = sorted(set(tri.kinds) - set(ctl.kinds))
+    if new:
+        return "not_verified", f"{', '.join(new)} appeared{on} (loss {moved})"
+    remain = sorted((addressed(kind, ctl.causes, ctl.kinds) - {kind}) & set(tri.kinds))
+    if remain:
+        return "partial", f"{kind} gone{on}, but {', '.join(remain)} remain (loss {moved})"
+    improved = math.isfinite(a) and (not math.isfinite(b) or b - a > need)  # a finite loss beats a NaN
+    if not improved:
+        return "not_verified", f"{kind} gone{on}, but the loss did not improve beyond noise ({moved})"
+    return "verified", ""
+
+
 def judge(c: Candidate, plan: Plan, done: dict[tuple[str | None, int | None], Outcome], min_conf: float) -> dict:
-    """verified: on every seed the control shows the kind and the trial does not, at no worse a loss;
-    inconclusive: a control without the symptom, a trial that crashed or whose fix did not apply."""
+    """A run-level verdict on every seed (seed_verdict): verified only when the targeted symptom and everything
+    its root explains are gone, nothing new appears and the loss's level improved beyond seed noise; the worst
+    seed decides. Inconclusive: a control without the symptom, a crash, a fix that did not apply."""
     entry: dict[str, Any] = {"kind": c.kind, "id": c.fix_id, "params": c.params, "text": c.text}
-    wins, losses, steps, why = 0, [], [], ""
     inconclusive = ""
+    pairs: list[tuple[Outcome, Outcome, str]] = []
     for seed in plan.seeds:
         on = "" if seed is None else f" on seed {seed}"
         ctl, tri = done.get((None, seed)), done.get((c.spec, seed))
@@ -240,6 +290,8 @@ def judge(c: Candidate, plan: Plan, done: dict[tuple[str | None, int | None], Ou
             inconclusive = "not run (verify was interrupted)"
         elif ctl.state != "ok":
             inconclusive = f"the control {ctl.state}{on}: {ctl.error}"
+            if plan.original_ok:
+                inconclusive += " (the original run did not: a problem of verify itself, please report it)"
         elif c.kind not in ctl.kinds:
             inconclusive = f"the control did not show {c.kind} within {ctl.steps} steps{on}"
         elif tri.state != "ok":
@@ -251,26 +303,44 @@ def judge(c: Candidate, plan: Plan, done: dict[tuple[str | None, int | None], Ou
         if inconclusive:
             break
         assert ctl is not None and tri is not None
-        losses.append((tri.loss, ctl.loss))
-        steps.append(tri.steps)
-        if c.kind in tri.kinds:
-            why = why or f"{c.kind} still present{on} (confidence {tri.kinds[c.kind]:.2f})"
-        elif _worse(tri.loss, ctl.loss):
-            why = why or f"the loss is worse{on}: {_fmt(tri.loss)} vs {_fmt(ctl.loss)}"
-        else:
-            wins += 1
-    trial_loss, control_loss = _mean([t for t, _ in losses]), _mean([k for _, k in losses])
+        pairs.append((ctl, tri, on))
+    need = margin([ctl.late for ctl, _, _ in pairs])
+    verdicts = [seed_verdict(c.kind, ctl, tri, need, on) for ctl, tri, on in pairs]
+    wins = sum(1 for status, _ in verdicts if status == "verified")
+    trial_loss, control_loss = _mean([t.late for _, t, _ in pairs]), _mean([k.late for k, _, _ in pairs])
     n = len(plan.seeds)
-    numbers = f"{wins}/{n} seeds: loss {_fmt(trial_loss)} vs {_fmt(control_loss)} at step {min(steps, default=0)}"
+    at = min((t.steps for _, t, _ in pairs), default=0)
+    numbers = (
+        f"{wins}/{n} seeds: loss {_fmt(trial_loss)} vs {_fmt(control_loss)} (mean of the last {LATE} losses) at step "
+        f"{at}" + (f", counted beyond {_fmt(need)}" if math.isfinite(need) else "")
+    )
     if inconclusive:
         status, reason = "inconclusive", inconclusive
-    elif wins == n:
-        status, reason = "verified", numbers
     else:
-        status, reason = "not_verified", f"{why}; {numbers}"
+        status = max((v for v, _ in verdicts), key=ORDER.__getitem__, default="verified")
+        if status in ("verified",):
+            reason = numbers
+        else:  # the worst seed says why
+            reason = f"{next(w for v, w in verdicts if v == status)}; {numbers}"
     entry.update(status=status, wins=wins, seeds=n, metric={"control": control_loss, "trial": trial_loss})
     entry["reason"] = reason
     return entry
+
+
+def effect(metric: dict[str, Any]) -> float:
+    """How much a trial lowered the loss's level, as a share of the control's (0 when unknown)."""
+    ctl, tri = metric.get("control"), metric.get("trial")
+    return (ctl - tri) / abs(ctl) if isinstance(ctl, float) and isinstance(tri, float) and ctl else 0.0
+
+
+def _level(metric: dict[str, Any]) -> float:
+    """The trial's loss level, lowest first among equal effects (against a control that went NaN, say)."""
+    tri = metric.get("trial")
+    return tri if isinstance(tri, float) else math.inf
+
+
+def _fmt(x: float | None) -> str:
+    return "NaN/Inf" if x is None or not math.isfinite(x) else f"{x:.4g}"
 
 
 def write(run_dir: Path, doc: dict[str, Any]) -> Path:

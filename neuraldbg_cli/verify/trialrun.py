@@ -38,6 +38,9 @@ class Command:
     thresholds: dict[str, Any] = field(default_factory=dict)
 
 
+LATE = 10  # the latest losses a trial's level is the mean of (one batch's loss is noisy)
+
+
 @dataclass
 class Outcome:
     """One trial: `state` ok | crashed | timeout | interrupted | error."""
@@ -50,21 +53,26 @@ class Outcome:
     steps: int = 0
     loss: float = math.nan  # the last step's loss (NaN: non-finite or none)
     kinds: dict[str, float] = field(default_factory=dict)  # kind -> confidence, at least --min-confidence
+    causes: dict[str, str] = field(default_factory=dict)  # kind -> the kind it is likely a consequence of
+    late: float = math.nan  # the mean of the latest losses (LATE of them): the level the verdict compares
     fix: dict[str, Any] = field(default_factory=dict)  # trial.json's "fix": applied, skipped
     error: str = ""
     wall_s: float = 0.0
 
     def doc(self) -> dict[str, Any]:
-        out = {
+        out: dict[str, Any] = {
             "seed": self.seed,
             "dir": str(self.dir),
             "state": self.state,
             "exit_status": self.exit_status,
             "steps": self.steps,
             "loss": self.loss if math.isfinite(self.loss) else None,
+            "late_loss": self.late if math.isfinite(self.late) else None,
             "kinds": self.kinds,
             "wall_s": round(self.wall_s, 2),
         }
+        if self.causes:
+            out["causes"] = self.causes
         if self.error:
             out["error"] = self.error
         return out
@@ -153,11 +161,18 @@ def read_outcome(out: Outcome, min_confidence: float) -> Outcome:
         out.state, out.error = out.state if out.state != "ok" else "error", out.error or str(e)
         return out
     report = reasoner.explain(run, min_confidence)
-    out.kinds = {h.kind.value: h.confidence for h in report.hypotheses if h.confidence >= min_confidence}
+    counted = [h for h in report.hypotheses if h.confidence >= min_confidence]
+    out.kinds = {h.kind.value: h.confidence for h in counted}
+    out.causes = {h.kind.value: h.caused_by.value for h in counted if h.caused_by is not None}
     out.steps = report.steps_observed
-    losses = [r["loss"] for r in read_stats(out.dir) if "loss" in r]
+    losses = [
+        float(r["loss"]) if isinstance(r["loss"], (int, float)) else math.nan
+        for r in read_stats(out.dir)
+        if "loss" in r
+    ]
     if losses:
-        out.loss = float(losses[-1]) if isinstance(losses[-1], (int, float)) else math.nan
+        out.loss = losses[-1]
+        out.late = sum(losses[-LATE:]) / len(losses[-LATE:])  # NaN when any of them is
     out.fix = _trial_doc(out.dir).get("fix") or {}
     if out.state == "ok" and run.meta.get("status") not in ("finished", "stopped"):
         out.state, out.error = "crashed", f"exit status {run.meta.get('exit_status')}: {_last_error(out.dir)}"

@@ -30,7 +30,7 @@ def _verify_out(run_dir: Path, *args: str, **env: str) -> tuple[dict, str]:
     assert doc["schema"] == "neuraldbg.verify/1" and set(doc) >= {"steps", "seeds", "control", "fixes"}
     for f in doc["fixes"]:
         assert list(f) == ["kind", "id", "params", "text", "status", "wins", "seeds", "metric", "reason"]
-        assert f["status"] in ("verified", "not_verified", "inconclusive") and set(f["metric"]) == {"control", "trial"}
+        assert f["status"] in ("verified", "partial", "not_verified", "worse", "inconclusive") and set(f["metric"]) == {"control", "trial"}
     return doc, r.stdout
 
 

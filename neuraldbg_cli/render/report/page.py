@@ -151,7 +151,7 @@ header p{margin:.3em 0} nav{margin:.6em 0;font-size:.95em} code{font-size:.95em}
 .hyps{padding-left:1.4em} .hyp{border:1px solid #ddd;border-radius:6px;padding:.5em .9em;margin:.7em 0}
 .hyp h3{margin:.2em 0} .conf{font-weight:normal;color:#555;font-size:.85em} .where{color:#333;margin:.2em 0}
 .hyp:target{border-color:#c00000} details table,table.arch{border-collapse:collapse;font-size:.85em}
-.verdicts .verified{color:#116611} .verdicts .not_verified{color:#b00000} .verdicts .inconclusive{color:#666}
+.verdicts .verified{color:#116611} .verdicts .partial{color:#8a6d00} .verdicts .not_verified{color:#b00000} .verdicts .worse{color:#b00000;font-weight:bold} .verdicts .inconclusive{color:#666}
 td,th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}
 .plot{position:relative;width:100%} .plot svg{display:block;width:100%;height:auto}
 .plot svg image{image-rendering:pixelated}

@@ -1,0 +1,76 @@
+"""verify's run-level verdict per trial (issue 32), on hand-made outcomes: verified only when the targeted
+symptom and every problem its root explains are gone, nothing new appears and the loss's level improved beyond
+seed noise; partial, not verified, worse and inconclusive say what happened instead."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from neuraldbg_cli.verify.runner import Candidate, Plan, addressed, effect, judge, margin
+from neuraldbg_cli.verify.trialrun import Command, Outcome
+
+CMD = Command(argv=["train.py"], mode="script", cwd=".", env={}, python="python", every=None, thresholds={})
+
+
+def out(name, seed, late, kinds=(), causes=None, state="ok"):
+    o = Outcome(name, seed, Path("/nonexistent"), state=state, steps=60, loss=late, late=late)
+    o.kinds = {k: 0.8 for k in kinds}
+    o.causes = dict(causes or {})
+    o.fix = {"applied": True}
+    return o
+
+
+def verdict(c, controls, trials, original_ok=True):
+    seeds = [None] if len(controls) == 1 else list(range(1, len(controls) + 1))
+    plan = Plan(Path("/run"), CMD, [c], 60, seeds, 60.0, 1.0, original_ok)
+    done = {}
+    for seed, ctl, tri in zip(seeds, controls, trials):
+        done[(None, seed)], done[(c.spec, seed)] = ctl, tri
+    return judge(c, plan, done, 0.5)
+
+
+CLIP = Candidate("exploding_gradient", "clip_grad_norm", {"max_norm": 1.0}, "clip gradients")
+SIGN = {"exploding_gradient": "loss_divergence", "loss_divergence": "loss_misuse"}
+
+
+def test_a_symptom_gone_while_its_root_remains_is_partial_not_verified():
+    # a VAE whose KL term has the wrong sign: clipping removes the explosion, the loss falls even further
+    ctl = out("control", None, -1.7e8, ["loss_misuse", "loss_divergence", "exploding_gradient"], SIGN)
+    tri = out("clip", None, -5.0e9, ["loss_misuse", "loss_divergence"], {"loss_divergence": "loss_misuse"})
+    v = verdict(CLIP, [ctl], [tri])
+    assert v["status"] == "partial" and "loss_divergence, loss_misuse remain" in v["reason"], v
+    assert addressed("exploding_gradient", SIGN, ctl.kinds) == {"loss_misuse", "loss_divergence", "exploding_gradient"}
+
+
+def test_a_change_inside_seed_noise_is_no_effect_and_a_real_cure_is_verified():
+    wd = Candidate("loss_divergence", "clip_grad_norm", {"max_norm": 1.0}, "clip gradients")
+    controls = [out("control", s, v, ["loss_divergence"]) for s, v in ((1, 6.674), (2, 6.60))]
+    same = [out("clip", s, v) for s, v in ((1, 6.662), (2, 6.61))]
+    v = verdict(wd, controls, same)
+    assert v["status"] == "not_verified" and "did not improve beyond noise" in v["reason"], v
+    cured = [out("clip", s, v) for s, v in ((1, 0.64), (2, 0.66))]
+    v = verdict(wd, controls, cured)
+    assert v["status"] == "verified" and v["wins"] == 2 and effect(v["metric"]) > 0.8, v
+    assert margin([6.674, 6.60]) >= 0.05 * 6.6  # at least 5% of the control's level, or the seeds' spread
+
+
+def test_worse_better_not_cured_new_problems_and_a_finite_loss_beating_a_nan():
+    lr = Candidate("unstable_loss", "lr_scale", {"factor": 0.1}, "lower the lr")
+    ctl = out("control", None, 1.36, ["unstable_loss"])
+    assert verdict(lr, [ctl], [out("t", None, 3.0)])["status"] == "worse"
+    assert verdict(lr, [ctl], [out("t", None, math.nan)])["status"] == "worse"
+    still = verdict(lr, [ctl], [out("t", None, 0.48, ["unstable_loss"])])
+    assert still["status"] == "not_verified" and "still present" in still["reason"] and "1.36 → 0.48" in still["reason"]
+    new = verdict(lr, [ctl], [out("t", None, 0.48, ["loss_plateau"])])
+    assert new["status"] == "not_verified" and "loss_plateau appeared" in new["reason"], new
+    nan = out("control", None, math.nan, ["unstable_loss"])
+    assert verdict(lr, [nan], [out("t", None, 0.5)])["status"] == "verified"
+
+
+def test_a_crashed_control_of_a_run_that_finished_is_verifys_own_problem():
+    lr = Candidate("unstable_loss", "lr_scale", {"factor": 0.1}, "lower the lr")
+    ctl = out("control", None, math.nan, state="crashed")
+    ctl.error = "shutil.SameFileError"
+    v = verdict(lr, [ctl], [out("t", None, 0.5)])
+    assert v["status"] == "inconclusive" and "a problem of verify itself" in v["reason"], v
+    assert "verify itself" not in verdict(lr, [ctl], [out("t", None, 0.5)], original_ok=False)["reason"]
