@@ -71,6 +71,9 @@ def _onset(h: Hypothesis) -> int:
     return h.origin.step or 0
 
 
+_LOSS_LEVEL = {Kind.loss_plateau, Kind.loss_divergence, Kind.unstable_loss, Kind.non_finite}
+
+
 def _produced_by(setting: SettingCause, h: Hypothesis, slack: int) -> bool:
     """A setting acts through the updates: it explains what began after step 0, while its evidence lasted
     (within `slack`, the sampling interval that dates that evidence and most effects; a NaN is checked on
@@ -98,12 +101,16 @@ def name_setting(
     (none of the others `causes` it), then the earliest. Its summary names the setting; every hypothesis the
     setting produced gets its fix first. Returns its index, None when the setting produced none present."""
     named = None
-    for tier in setting.tiers:
-        found = [
+    reached = {i for i, h in enumerate(hyps) if _produced_by(setting, h, slack)}
+    for _ in range(2):  # the loss's symptom that what the setting produced went on to cause (a stall that
+        # follows the damage of oversized early steps) still states it: the loss is where training shows it
+        reached |= {
             i
             for i, h in enumerate(hyps)
-            if h.kind in tier and h.confidence >= presence and _produced_by(setting, h, slack)
-        ]
+            if h.kind in _LOSS_LEVEL and any(causes(hyps[j], h) for j in reached if j != i)
+        }
+    for tier in setting.tiers:
+        found = [i for i, h in enumerate(hyps) if h.kind in tier and h.confidence >= presence and i in reached]
         if found:
             named = min(
                 found,
@@ -116,8 +123,8 @@ def name_setting(
             break
     if named is None:
         return None
-    for h in hyps:
-        if _produced_by(setting, h, slack):
+    for k, h in enumerate(hyps):
+        if _produced_by(setting, h, slack) or k == named:
             h.suggestions = [setting.fix] + [
                 s for s in h.suggestions if s != setting.fix and setting.contradicts not in s
             ]
@@ -167,17 +174,16 @@ def rank(
 
     links: list[tuple[int, int, str]] = []  # (cause, consequence, because), the preferred cause first
     carriers: set[int] = set()
+    through: dict[tuple[int, int], str] = {}  # (carrier, consequence) -> the setting that link stands for
     scaled = False  # the learning rate is named: a summed loss is the same scale, not a cause of its own
     for setting in settings:
         named = name_setting(setting, hyps, presence, slack, causes)
         if named is not None:
             carriers.add(named)
             scaled |= setting.setting == "learning_rate"
-            links += [
-                (named, j, _setting_because(setting, hyps[named], h))
-                for j, h in enumerate(hyps)
-                if j != named and _produced_by(setting, h, slack)
-            ]
+            made = [j for j, h in enumerate(hyps) if j != named and _produced_by(setting, h, slack)]
+            links += [(named, j, _setting_because(setting, hyps[named], hyps[j])) for j in made]
+            through.update({(named, j): setting.setting.replace("_", " ") for j in made})
     upstream = list(CAUSES)
     for i in sorted(range(len(hyps)), key=lambda i: upstream.index(hyps[i].kind) if hyps[i].kind in CAUSES else 99):
         if scaled and summed_only(hyps[i]):
@@ -197,7 +203,11 @@ def rank(
         if parents[j] and h.caused_by is None:
             h.caused_by = hyps[parents[j][0]].kind
             h.because = why[(parents[j][0], j)]
-            h.summary += f" Likely a consequence of {h.caused_by.value}."
+            named_setting = through.get((parents[j][0], j))
+            if named_setting:  # the carrier did not make it: the setting it states did
+                h.summary += f" Likely a consequence of the {named_setting} (stated in {h.caused_by.value})."
+            else:
+                h.summary += f" Likely a consequence of {h.caused_by.value}."
             root = _first_root(j, parents)
             if is_root_kind(hyps[root]) and root not in carriers:
                 _drop_lr_advice(h)

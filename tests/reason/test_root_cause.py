@@ -202,6 +202,22 @@ def test_a_huge_lr_under_a_stalled_loss_is_named_on_the_plateau_not_the_network_
     hyps = explain(evs, MODELS, optimizer("AdamW", 1.0))
     assert hyps[0].kind == Kind.loss_plateau and "learning rate is too large" in hyps[0].summary.lower(), hyps
     assert by_kind(hyps)[Kind.residual_imbalance].caused_by == Kind.loss_plateau
+    assert "consequence of the learning rate (stated in loss_plateau)" in by_kind(hyps)[Kind.residual_imbalance].summary
+    assert_links_have_evidence(hyps)
+
+
+def test_a_stall_that_follows_the_damage_of_oversized_early_steps_still_states_the_lr():
+    """minGPT at lr 0.5: oversized updates for the first steps only, a swamped residual branch at step 1, the loss
+    stuck from step 37 (after the updates came back in scale): the stall is where training shows the lr."""
+    evs = [ev(UPD, s, m, "updating", "oversized", "weights", update_ratio=1.0) for s in (0,) for m in ("m0", "m2")]
+    evs += [ev(UPD, 10, m, "oversized", "updating", "weights", update_ratio=1e-3) for m in ("m0", "m2")]
+    evs += [
+        ev("residual_health", 1, "m1", "normal", "swamping", "residual", ratio=55.0),
+        ev(LOSS, 37, None, "normal", "plateau", "loss", recent=3.18, start=3.93, best=3.18),
+    ]
+    hyps = explain(evs, MODELS, optimizer("AdamW", 0.5))
+    assert hyps[0].kind == Kind.loss_plateau and "learning rate is too large" in hyps[0].summary.lower(), hyps
+    assert hyps[0].suggestions[0].startswith("lr=0.5 with AdamW: try")
     assert_links_have_evidence(hyps)
 
 
