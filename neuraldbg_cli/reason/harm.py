@@ -67,6 +67,8 @@ def _trained(ctx: Context) -> str | None:
     m = summaries[-1].metrics
     # (traces before late_loss: the last loss); the start is the first loss unless the first few are lower
     first, last = m.get("start_loss", m.get("first_loss")), m.get("late_loss", m.get("last_loss"))
+    if m.get("alone") == 0.0:
+        return None  # a game's payoff (GAN): not a loss that training makes fall
     ended = m.get("last_loss")
     if isinstance(ended, float) and not math.isfinite(ended):
         return None  # it ended non-finite

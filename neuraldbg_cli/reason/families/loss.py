@@ -104,6 +104,9 @@ class LossObserver(Observer):
             "losses": float(self.losses_seen),
             "first_loss": statistics.median(main.first) if main and main.first else None,
             "start_loss": main._start if main and main.first else None,  # what LossSeries judges from
+            # 0: the first series is a game's payoff (a GAN's G or D, reported in the same steps as another),
+            # which is not expected to fall: whether it fell says nothing of training's health
+            "alone": float(main.alone) if main else None,
             "best_loss": main._x(main.best) if main and math.isfinite(main.best) else None,
             "last_loss": self.last_loss,
             # where the run ended: the mean of the main series' latest window, the expected loss training
