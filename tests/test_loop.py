@@ -47,8 +47,13 @@ class Recorder:
         assert not self.faults, self.faults
 
     def checks(self, k=0):
-        """step -> LoopStats of optimizer k, for the steps that recorded one."""
-        return {r.step: r.loop[k] for r in self.records if k in r.loop}
+        """step -> LoopStats of optimizer k, for the steps that recorded an interval check (a backward pass
+        since its last step)."""
+        return {r.step: r.loop[k] for r in self.records if k in r.loop and r.loop[k].passes > 0}
+
+    def clears(self, k=0):
+        """The zeroed-before-step checks of optimizer k, in step order."""
+        return [r.loop[k].cleared for r in self.records if k in r.loop and r.loop[k].cleared >= 0]
 
 
 def _mlp():
@@ -82,6 +87,10 @@ def _train(mode, steps=6, every=1, accum=1):
                 x = torch.randn(16, 8, generator=g)
                 y = torch.randint(0, 3, (16,), generator=g)
                 nn.functional.cross_entropy(model(x), y).backward()
+            if mode == "before_step":
+                opt.zero_grad()
+            elif mode == "before_step_keep_zeros":
+                opt.zero_grad(set_to_none=False)
             opt.step()
             if mode == "after_step":
                 opt.zero_grad()
@@ -118,6 +127,22 @@ def test_the_device_path_reads_the_same(monkeypatch, mode, kept):
     assert sorted(checks) == [1, 2, 3, 4, 5]
     assert all(c.kept == kept for c in checks.values()), checks
     assert all(c.stale is not None and c.stale > 0 for c in checks.values() if kept)
+
+
+@pytest.mark.parametrize("device_path", [False, True])
+@pytest.mark.parametrize(
+    "mode,cleared", [("before_step", 1.0), ("before_step_keep_zeros", 1.0), ("zero_grad", 0.0), ("none", 0.0)]
+)
+def test_a_zero_grad_between_backward_and_step_reads_cleared(monkeypatch, mode, cleared, device_path):
+    """The gradient a backward pass of a sampled step left, gone (None, or all zeros) when the step begins; on the
+    CPU read at once, off it one value in the step's transfer (run here on CPU tensors)."""
+    from neuraldbg_cli.probe import loopprobe
+
+    if device_path:
+        monkeypatch.setattr(loopprobe, "_read_now", lambda t: False)
+    clears = _train(mode).clears()
+    # every sampled step after the first (the first step makes the optimizer known)
+    assert clears == [cleared] * 5, (mode, clears)
 
 
 def test_a_gradient_all_zeros_after_the_step_tells_nothing(monkeypatch):
@@ -372,8 +397,23 @@ def test_fail_on_accepts_loop_misuse():
 
 # ---------------------------------------------------------------- real scripts through the CLI
 
+def test_a_zero_grad_between_backward_and_step_is_named_with_the_order_to_restore(observe):
+    """pytorch/examples' MNIST loop with optimizer.zero_grad() moved between loss.backward() and optimizer.step():
+    the loop bug leads; the missing gradients and the stalled loss are its consequences, without the search for
+    a detached graph that a missing gradient alone would suggest."""
+    obs = observe("loop_mnist.py", "--zero", "before_step", "--epochs", "2")
+    hyps = obs.report["hypotheses"]
+    top = hyps[0]
+    assert top["kind"] == "loop_misuse" and "between backward() and step()" in top["summary"], hyps
+    assert "never between the two" in top["suggestions"][0]
+    for h in hyps[1:]:
+        if h["confidence"] >= 0.5:
+            assert h.get("caused_by") == "loop_misuse", h
+            assert not [t for t in h["suggestions"] if t.startswith("look for .detach()")], h
+
+
 BROKEN = [
-    ("loop_mnist.py", ("--zero", "none"), "loop_mnist.py:58"),
+    ("loop_mnist.py", ("--zero", "none"), "loop_mnist.py:59"),
     ("loop_accumulation.py", ("--zero", "none"), "loop_accumulation.py:31"),
     ("loop_gan.py", ("--zero-d", "no"), "loop_gan.py:32"),
 ]

@@ -81,6 +81,24 @@ class LoopLayout(NamedTuple):
     stale: float | None = None
 
 
+class ClearLayout(NamedTuple):
+    """What `records._place` needs of a zeroed-before-step check (`cleared` None: the value is the part's float)."""
+
+    site: LoopSite
+    root: str
+    module: str
+    cleared: float | None = None
+
+
+class _After(NamedTuple):
+    """An optimizer's gradient as a backward pass of a sampled step left it: the parameter it is read off and
+    whether its slice held a non-zero (a device bool, or a host bool on the CPU)."""
+
+    param: weakref.ref
+    owner: tuple[str, str]
+    found: torch.Tensor | bool
+
+
 class _Interval:
     """An optimizer from its last sampled step to its next step."""
 
@@ -151,6 +169,7 @@ class LoopWatch:
         self._sets, self._guard, self._on_kept = sets, guard, on_kept
         self._sites: weakref.WeakKeyDictionary[torch.optim.Optimizer, LoopSite] = weakref.WeakKeyDictionary()
         self._open: weakref.WeakKeyDictionary[torch.optim.Optimizer, _Interval] = weakref.WeakKeyDictionary()
+        self._after: weakref.WeakKeyDictionary[torch.optim.Optimizer, _After] = weakref.WeakKeyDictionary()
         self._count = 0
 
     def post_step(self, opt: torch.optim.Optimizer, buf: StepBuffer) -> None:
@@ -217,8 +236,73 @@ class LoopWatch:
         except Exception as e:  # noqa: BLE001
             self._guard.fault("loop", e)
 
+    def backward_end(self, buf: StepBuffer) -> None:
+        """A backward pass of a sampled step ended: for each optimizer seen stepping, whether the gradient of one
+        parameter it steps holds a non-zero now (pre_step then tells whether it was still there at the step)."""
+        if not buf.sampled or not self._sites or "loop" in self._guard.off:
+            return
+        try:
+            for opt in list(self._sites.keys()):
+                if opt in self._after:
+                    continue
+                ps, sparse = self._sets.of_optimizer(opt), self._sets.sparse()
+                for p, owner in zip(ps.params, ps.owners):
+                    g = p.grad
+                    if g is None or id(p) in sparse:
+                        continue
+                    part = _slice(g)
+                    if part is None:
+                        continue
+                    with torch.no_grad():
+                        found = part.any()
+                    if _read_now(found):
+                        if not bool(found):
+                            break  # all zeros after the backward pass: nothing to tell
+                        self._after[opt] = _After(weakref.ref(p), owner, True)
+                    else:
+                        self._after[opt] = _After(weakref.ref(p), owner, found)
+                    break
+        except Exception as e:  # noqa: BLE001
+            self._guard.fault("loop", e)
+
+    def _cleared(self, opt: torch.optim.Optimizer, buf: StepBuffer) -> None:
+        """The optimizer's step begins: was the gradient a backward pass of this step left gone (None, or all
+        zeros: a zero_grad() between backward() and step())?"""
+        chk = self._after.pop(opt, None)
+        site = self._sites.get(opt)
+        if chk is None or site is None or not buf.sampled:
+            return
+        p = chk.param()
+        if p is None:
+            return
+        layout = ClearLayout(site, chk.owner[0], chk.owner[1])
+        g = p.grad
+        if g is None:  # set to None since: cleared, if it held something (else nothing to tell)
+            if isinstance(chk.found, bool):
+                buf.extend("loopclear", site.index, [], layout._replace(cleared=1.0))
+            else:
+                buf.add("loopclear", site.index, (chk.found.float() * 2 - 1).reshape(1), layout)
+            return
+        part = _slice(g)
+        if part is None:
+            return
+        with torch.no_grad():
+            gone = part.any().logical_not()
+            if isinstance(chk.found, bool) and _read_now(gone):
+                buf.extend("loopclear", site.index, [], layout._replace(cleared=float(bool(gone))))
+                return
+            found = chk.found if isinstance(chk.found, torch.Tensor) else torch.ones((), dtype=torch.bool)
+            both = found.to(gone.device).logical_and(gone).float() - found.to(gone.device).logical_not().float()
+            buf.add("loopclear", site.index, both.reshape(1), layout)
+
     def pre_step(self, opt: torch.optim.Optimizer, buf: StepBuffer) -> None:
-        """The optimizer's next step begins: its interval, if a backward pass fell in it, goes in the buffer."""
+        """The optimizer's next step begins: its interval, if a backward pass fell in it, goes in the buffer; and
+        whether the gradient this step's backward pass left is still there (_cleared)."""
+        if self._after and "loop" not in self._guard.off:
+            try:
+                self._cleared(opt, buf)
+            except Exception as e:  # noqa: BLE001
+                self._guard.fault("loop", e)
         iv = self._open.pop(opt, None) if self._open else None
         if iv is None or not iv.passes or "loop" in self._guard.off:
             return

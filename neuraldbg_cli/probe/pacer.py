@@ -198,6 +198,8 @@ class StepPacer:
                 self._grads.norms(self._steps.buf, self._sets.every())
             except Exception as e:  # noqa: BLE001
                 self._guard.fault("grads", e)
+        if not self.clock.depth:  # (a closure's backward passes run inside its step: not judged)
+            self._loop.backward_end(self._steps.buf)
         if act == CLOSE:
             self._closer.advance_or_fault()
 

@@ -41,7 +41,7 @@ HOLD_LIMIT = 1 << 22
 class Slot(NamedTuple):
     """Where some of a buffer's parts go on the host (see `_place`)."""
 
-    what: str  # "loss", "full", "grad", "weight", "update", "checksum", "norm", "loss_call", "resid", "attn" or "loop"
+    what: str  # "loss", "full", "grad", "weight", "update", "checksum", "norm", "loss_call", "resid", "attn", "loop" or "loopclear"
     key: Any  # the series, the site (root, module, site), or the parameters' owners
     length: int  # values in the parts
     extra: Any  # what `_place` needs besides the values (a Layout, norm factors) or None
@@ -327,6 +327,8 @@ def _place(rec: StepRecord, what: str, key: Any, chunk: list[float], extra: Any)
         _place_attn(rec, key, chunk, extra)
     elif what == "loop":  # key: the optimizer's number; extra: a loopprobe.LoopLayout
         _place_loop(rec, key, chunk, extra)
+    elif what == "loopclear":  # key: the optimizer's number; extra: a loopprobe.ClearLayout
+        _place_clear(rec, key, chunk, extra)
     elif what == "checksum":  # per parameter, kept apart: the module changed if any of its parameters did
         for owner, v in zip(key, chunk):
             gs = rec.grads.get(owner)
@@ -385,11 +387,21 @@ def _place_attn(rec: StepRecord, key: tuple[str, str], chunk: list[float], lay: 
     rec.attn[key] = AttnStats(lay.source, lay.heads, lay.rows, lay.keys, chunk[0], chunk[1], chunk[2])
 
 
+def _place_clear(rec: StepRecord, key: int, chunk: list[float], lay: Any) -> None:
+    """Whether an optimizer's gradient, there after this step's backward pass, was gone when its step began."""
+    cleared = lay.cleared if lay.cleared is not None else chunk[0]
+    s = rec.loop.get(key)
+    if s is None:
+        s = rec.loop[key] = LoopStats(lay.root, lay.module, -1.0, None, 0, lay.site.line, lay.site.backward_line)
+    s.cleared = cleared
+
+
 def _place_loop(rec: StepRecord, key: int, chunk: list[float], lay: Any) -> None:
     """An optimizer's interval since its last sampled step; the first "kept" of an optimizer is announced to its
     site (model.json then names its lines: loopprobe.LoopSite.kept)."""
     kept, stale = (lay.kept, lay.stale) if lay.kept is not None else (chunk[0], chunk[1])
     site = lay.site
-    rec.loop[key] = LoopStats(lay.root, lay.module, kept, stale, lay.passes, site.line, site.backward_line)
+    cleared = rec.loop[key].cleared if key in rec.loop else -1.0
+    rec.loop[key] = LoopStats(lay.root, lay.module, kept, stale, lay.passes, site.line, site.backward_line, cleared)
     if kept >= 0.5:
         site.kept()

@@ -20,6 +20,7 @@ from neuraldbg_cli.reason.families import RULES
 from neuraldbg_cli.reason.families.causes import (
     CAUSES,
     CROSS_MODEL,
+    acts_at_once,
     falls_without_bound,
     is_root_kind,
     mechanism,
@@ -160,7 +161,7 @@ def rank(
         entry = CAUSES.get(cause.kind)
         if entry is None or cause.confidence < presence or not entry.can_cause(cause, effect):
             return None
-        if entry.needs_training and not effect.origin.step:
+        if entry.needs_training and not effect.origin.step and not acts_at_once(cause):
             return None
         if _onset(cause) > _onset(effect) + slack + (loss_window if entry.dated_late else 0):
             return None
@@ -251,15 +252,17 @@ def _first_root(j: int, parents: list[list[int]]) -> int:
     return j
 
 
-# advice.lower_lr / plateau_lr (the lr in force, and a value to move it to) and the clipping tips
-_STEP_TIP = re.compile(r"^(lr=\S+ with |clip gradients)")
+# advice.lower_lr / plateau_lr (the lr in force, and a value to move it to), the clipping tips, and the search
+# for a detached graph that a missing gradient sends the user on (the bug above it is where the gradient went)
+_STEP_TIP = re.compile(r"^(lr=\S+ with |clip gradients|look for \.detach\(\)|check that the module's output)")
 _STEP_FIXES = {"lr_scale", "clip_grad_norm"}
 
 
 def _drop_lr_advice(h: Hypothesis) -> None:
     """A consequence of a bug (a loss with the wrong sign, weights no optimizer moves, NaN data, a layer in the
     wrong mode) is not cured by resizing the steps: a lower lr or clipping slows the damage, a higher lr speeds
-    it up, and either sends the user away from the line to change. Those suggestions and fixes go."""
+    it up, and either sends the user away from the line to change; nor is a gradient the bug took away found by
+    looking for a detached graph. Those suggestions and fixes go."""
     h.suggestions = [t for t in h.suggestions if not _STEP_TIP.match(t)]
     h.fixes = [f for f in h.fixes if f.get("id") not in _STEP_FIXES]
 

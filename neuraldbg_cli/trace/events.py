@@ -132,6 +132,7 @@ class LoopState(str, Enum):
 
     normal = "normal"
     grads_not_zeroed = "grads_not_zeroed"  # nothing zeroed them since its last step: each step applies their sum
+    zeroed_before_step = "zeroed_before_step"  # there after backward(), gone at step(): the step applies nothing
 
 
 class EventType(str, Enum):
@@ -327,6 +328,9 @@ class LoopStats:
     passes: int
     line: int = 0
     backward_line: int = 0
+    # 1.0: its gradient was there (non-zero) after a backward pass of the step and gone (None or all zeros) when
+    # step() began; 0.0: still there; -1.0: not checked
+    cleared: float = -1.0
 
 
 @dataclass

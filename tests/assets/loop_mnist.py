@@ -2,7 +2,8 @@
 12x12 digits: a small CNN, SGD with momentum. `--zero` says how the gradients are zeroed between steps:
 none (the bug: each step applies the sum of every gradient so far), zero_grad (optimizer.zero_grad() before the
 backward), keep_zeros (zero_grad(set_to_none=False)), grad_none (`p.grad = None`), data_zero
-(`p.grad.data.zero_()`, which the version counter does not show), model (model.zero_grad() after the step)."""
+(`p.grad.data.zero_()`, which the version counter does not show), model (model.zero_grad() after the step),
+before_step (the bug: optimizer.zero_grad() between loss.backward() and optimizer.step())."""
 import argparse
 
 import torch
@@ -56,6 +57,8 @@ def train(args, model, device, train_loader, optimizer, epoch):
         output = model(data)
         loss = F.nll_loss(output, target)
         loss.backward()
+        if args.zero == "before_step":  # the bug: the gradients just made are gone before the step reads them
+            optimizer.zero_grad()
         optimizer.step()
         if args.zero == "model":
             model.zero_grad()
@@ -66,7 +69,7 @@ def train(args, model, device, train_loader, optimizer, epoch):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--zero", default="none",
-                        choices=["none", "zero_grad", "keep_zeros", "grad_none", "data_zero", "model"])
+                        choices=["none", "zero_grad", "keep_zeros", "grad_none", "data_zero", "model", "before_step"])
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--lr", type=float, default=0.1)
     args = parser.parse_args()

@@ -281,7 +281,15 @@ _HOW: dict[tuple[Kind, Kind | None], str] = {
 
 def mechanism(cause: Hypothesis, effect: Hypothesis) -> str:
     """How `cause` produces `effect` (the link's mechanism, as the table allows it)."""
+    if acts_at_once(cause):
+        return "a zero_grad() between backward() and step() leaves every step nothing to apply"
     return _HOW.get((cause.kind, effect.kind)) or _HOW.get((cause.kind, None)) or "its mechanism reaches it"
+
+
+def acts_at_once(h: Hypothesis) -> bool:
+    """A loop bug that acts from the first step (the gradients cleared before each step), unlike one that needs
+    steps to add up (gradients never zeroed): it can explain what is present from step 0."""
+    return h.kind == Kind.loop_misuse and any(e.get("to") == "zeroed_before_step" for e in h.evidence)
 
 
 # Kinds that name something the user did (a bug in the loss call or the loop, a layer in the wrong mode,

@@ -13,6 +13,10 @@ first backward; a GAN's discriminator, whose gradients the generator's backward 
 `p.grad.data.zero_()` leave zeros, which the check reads. A closure optimizer (LBFGS) is not judged: its backward
 passes run inside its step.
 
+- zeroed_before_step: on a sampled step, the gradient of that parameter held a non-zero after a backward pass and
+  was gone (None, or all zeros) when the optimizer's step began: a zero_grad() between backward() and step(), so
+  the step applies nothing. Its own machine (the two checks read different moments of the loop).
+
 The event names the parameter's model and module (`root`, `module`) and carries `optimizer` (its number),
 `line` (the script line of its step() call), `backward_line` (of the first backward() checked after it), `passes`
 (backward passes between the two steps) and `stale_share` (|gradient after the previous step| / |gradient now|, on
@@ -48,6 +52,17 @@ class LoopObserver(Observer):
 
     def observe(self, rec: StepRecord) -> None:
         for k, s in rec.loop.items():
+            if s.cleared >= 0:  # its own machine: the two checks read different moments of the loop
+                cleared = S.zeroed_before_step.value if s.cleared >= 0.5 else S.normal.value
+                where: dict[str, Any] = {
+                    "optimizer": k,
+                    "line": s.line or None,
+                    "backward_line": s.backward_line or None,
+                }
+                etype = EventType.loop_health.value
+                self.board.feed(
+                    ("loopclear", k), S.normal.value, cleared, rec.step, where, etype, SITE, s.root, s.module
+                )
             state = classify_loop(s)
             if state is None:
                 continue
@@ -91,6 +106,9 @@ def _where(at: str) -> str:
 
 
 def loop_misuse(ctx: Context) -> Hypothesis | None:
+    cleared = ctx.select(types=[EventType.loop_health.value], to=[S.zeroed_before_step.value], sites=[SITE])
+    if cleared:
+        return _zeroed_before_step(ctx, cleared)
     evs = ctx.select(types=[EventType.loop_health.value], to=[S.grads_not_zeroed.value], sites=[SITE])
     if not evs:
         return None
@@ -134,6 +152,37 @@ def loop_misuse(ctx: Context) -> Hypothesis | None:
             "loss) must be zeroed right before its own backward: netD.zero_grad(); errD.backward(); optD.step()"
         )
     h = _hyp(Kind.loop_misuse, conf, None, onset, summary, evs, tips, fixes=[fix("zero_grad", tips[0])])
+    h.origin = Origin(module=None, step=onset, root=first.root)
+    extra = {k: v for k, v in (("optimizer_type", kind), ("step_at", step_at), ("backward_at", backward_at)) if v}
+    for e in h.evidence:
+        if e.get("optimizer") == first.metrics.get("optimizer"):
+            e.update(extra)
+    return h
+
+
+def _zeroed_before_step(ctx: Context, evs: list[Event]) -> Hypothesis:
+    """zero_grad() between backward() and step(): the gradient the backward pass made is gone when the step
+    reads it, so the step applies nothing (the weights move only by momentum or weight decay, if at all)."""
+    first = min(evs, key=lambda e: e.step)
+    onset = first.step
+    held = _still(ctx, evs, S.zeroed_before_step.value)
+    o = _optimizer(ctx, first)
+    kind = str(o.get("type") or "optimizer")
+    step_at = _at(o, "step_at", first.metrics.get("line"))
+    backward_at = _at(o, "backward_at", first.metrics.get("backward_line"))
+    model = first.root or "the model"
+    summary = (
+        f"The gradients are zeroed between backward() and step(): after each backward pass the gradients of {model} "
+        f"are there, and when {kind}.step(){' at ' + step_at if step_at else ''} runs they are gone (None or all "
+        f"zeros), from step {onset} on: every step applies nothing, so {model} never learns from its loss."
+    )
+    tips = [
+        f"call optimizer.zero_grad() before loss.backward(){_where(backward_at)} (or right after optimizer.step()"
+        f"{_where(step_at)}), never between the two: `optimizer.zero_grad(); loss.backward(); optimizer.step()`",
+        "look for a zero_grad() (or `p.grad = None`) that runs after backward(): in a helper called before the "
+        "step, a callback, or a second model's zero_grad() over shared parameters",
+    ]
+    h = _hyp(Kind.loop_misuse, CONFIDENCE if held else ENDED, None, onset, summary, evs, tips)
     h.origin = Origin(module=None, step=onset, root=first.root)
     extra = {k: v for k, v in (("optimizer_type", kind), ("step_at", step_at), ("backward_at", backward_at)) if v}
     for e in h.evidence:
