@@ -87,11 +87,15 @@ def _train(mode, steps=6, every=1, accum=1):
                 x = torch.randn(16, 8, generator=g)
                 y = torch.randint(0, 3, (16,), generator=g)
                 nn.functional.cross_entropy(model(x), y).backward()
+            if mode == "clip_before":
+                nn.utils.clip_grad_norm_(model.parameters(), 0.1)
             if mode == "before_step":
                 opt.zero_grad()
             elif mode == "before_step_keep_zeros":
                 opt.zero_grad(set_to_none=False)
             opt.step()
+            if mode == "clip_after":
+                torch.nn.utils.clip_grad.clip_grad_value_(model.parameters(), 0.1)
             if mode == "after_step":
                 opt.zero_grad()
         rec.described = rec.probe.optimizer_info()  # model.json's optimizers, while the optimizer lives
@@ -143,6 +147,42 @@ def test_a_zero_grad_between_backward_and_step_reads_cleared(monkeypatch, mode, 
     clears = _train(mode).clears()
     # every sampled step after the first (the first step makes the optimizer known)
     assert clears == [cleared] * 5, (mode, clears)
+
+
+@pytest.mark.parametrize("mode,clipped", [("clip_after", 1.0), ("clip_before", 0.0), ("zero_grad", None)])
+def test_a_clip_right_after_the_step_reads_clipped_after(mode, clipped):
+    """Every clipping call is judged (host only): after the latest step with no backward pass since, or not; the
+    line and the max_norm go to model.json once found after the step."""
+    rec = _train(mode)
+    got = [r.loop[0].clipped for r in rec.records if 0 in r.loop and r.loop[0].clipped >= 0]
+    if clipped is None:
+        assert got == []
+        return
+    assert got and all(v == clipped for v in got), got
+    assert len(got) == 5  # every call once the optimizer has stepped (the first step makes it known)
+    desc = rec.described[0]
+    assert ("clip_at" in desc) == bool(clipped), desc
+
+
+def test_a_closure_that_clips_inside_the_step_is_not_after_it():
+    """Lightning's automatic optimization: optimizer.step(closure), the closure runs the backward pass and clips:
+    a backward pass came between the last step and the clip."""
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
+
+    def closure():
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        return loss
+
+    with Recorder() as rec:
+        for _ in range(5):
+            opt.step(closure)
+    got = [r.loop[0].clipped for r in rec.records if 0 in r.loop and r.loop[0].clipped >= 0]
+    assert got and all(v == 0.0 for v in got), got
 
 
 def test_a_gradient_all_zeros_after_the_step_tells_nothing(monkeypatch):
@@ -412,8 +452,18 @@ def test_a_zero_grad_between_backward_and_step_is_named_with_the_order_to_restor
             assert not [t for t in h["suggestions"] if t.startswith("look for .detach()")], h
 
 
+def test_a_clip_after_the_step_is_named_with_the_users_max_norm_as_the_fix(observe):
+    obs = observe("loop_mnist.py", "--zero", "zero_grad", "--clip", "after", "--lr", "2", "--epochs", "1")
+    top = obs.report["hypotheses"][0]
+    assert top["kind"] == "loop_misuse" and "clipped after the optimizer step" in top["summary"], top
+    assert "clip_grad_norm_(model.parameters(), 0.5)" in top["suggestions"][0]
+    assert top["fixes"][0]["id"] == "clip_grad_norm" and top["fixes"][0]["params"] == {"max_norm": 0.5}
+    healthy = observe("loop_mnist.py", "--zero", "zero_grad", "--clip", "before", "--lr", "2", "--epochs", "1")
+    assert healthy.report["status"] == "healthy", healthy.report["hypotheses"]
+
+
 BROKEN = [
-    ("loop_mnist.py", ("--zero", "none"), "loop_mnist.py:59"),
+    ("loop_mnist.py", ("--zero", "none"), "loop_mnist.py:60"),
     ("loop_accumulation.py", ("--zero", "none"), "loop_accumulation.py:31"),
     ("loop_gan.py", ("--zero-d", "no"), "loop_gan.py:32"),
 ]

@@ -97,6 +97,11 @@ class Probe:
         for owner in (torch.optim.Optimizer, torch.nn.Module):
             if "zero_grad" in owner.__dict__:
                 h.patch(owner, "zero_grad", pacer.wrap_zero_grad(owner.__dict__["zero_grad"]))
+        # gradient clipping (the loop checks it comes before the step), where the script may have it from
+        for space in (torch.nn.utils, torch.nn.utils.clip_grad):
+            for name, at in (("clip_grad_norm_", 1), ("clip_grad_value_", None)):
+                if name in space.__dict__:
+                    h.patch(space, name, pacer.wrap_clip(space.__dict__[name], at))
         scaler = getattr(torch.amp, "GradScaler", None)
         if scaler is not None and "scale" in scaler.__dict__:
             h.patch(scaler, "scale", self._backward.wrap_scale(scaler.scale))

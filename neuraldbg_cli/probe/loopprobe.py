@@ -45,13 +45,27 @@ class LoopSite:
     runs the backward pass that begins its gradient (the latest interval's: _Interval.backward), and whether a check found its gradients kept (then model.json names
     those lines: `note`)."""
 
-    __slots__ = ("index", "opt_id", "step_at", "line", "backward_at", "backward_line", "kept_seen", "_on_kept")
+    __slots__ = (
+        "index",
+        "opt_id",
+        "step_at",
+        "line",
+        "backward_at",
+        "backward_line",
+        "kept_seen",
+        "_on_kept",
+        "clip_at",
+        "clip_line",
+        "clip_max",
+    )
 
     def __init__(self, index: int, opt_id: int, on_kept: Callable[[LoopSite], None]) -> None:
         self.index, self.opt_id, self._on_kept = index, opt_id, on_kept
         self.step_at, self.line = _where()
         self.backward_at, self.backward_line = "", 0
         self.kept_seen = False
+        self.clip_at, self.clip_line = "", 0  # the latest clip_grad_*_ call found after its step
+        self.clip_max: float | None = None  # that call's max_norm (clip_grad_norm_)
 
     def kept(self) -> None:
         """A check of this optimizer read "kept" (records._place, as the step's values reach the host)."""
@@ -59,13 +73,17 @@ class LoopSite:
             self.kept_seen = True
             self._on_kept(self)
 
-    def note(self) -> dict[str, str]:
+    def note(self) -> dict[str, str | float]:
         """What model.json says of this optimizer's loop: the script lines of its step() and backward() calls."""
-        out = {}
+        out: dict[str, str | float] = {}
         if self.line:
             out["step_at"] = f"{self.step_at}:{self.line}"
         if self.backward_line:
             out["backward_at"] = f"{self.backward_at}:{self.backward_line}"
+        if self.clip_line:
+            out["clip_at"] = f"{self.clip_at}:{self.clip_line}"
+        if self.clip_max is not None:
+            out["clip_max_norm"] = self.clip_max
         return out
 
 
@@ -79,6 +97,16 @@ class LoopLayout(NamedTuple):
     passes: int
     kept: float | None = None
     stale: float | None = None
+
+
+class ClipLayout(NamedTuple):
+    """A clip_grad_norm_/clip_grad_value_ call: after the optimizer's step with no backward pass since (1.0) or not."""
+
+    site: LoopSite
+    root: str
+    module: str
+    after: float
+    line: int
 
 
 class ClearLayout(NamedTuple):
@@ -171,10 +199,15 @@ class LoopWatch:
         self._open: weakref.WeakKeyDictionary[torch.optim.Optimizer, _Interval] = weakref.WeakKeyDictionary()
         self._after: weakref.WeakKeyDictionary[torch.optim.Optimizer, _After] = weakref.WeakKeyDictionary()
         self._count = 0
+        self._last: weakref.ref | None = None  # the optimizer that stepped last
+        self._fresh = False  # a step ended and no backward pass began since: gradients the step already applied
 
     def post_step(self, opt: torch.optim.Optimizer, buf: StepBuffer) -> None:
         """An optimizer step ended: the other optimizers' next backward pass is their own (see _Interval.backward);
         a sampled one remembers one parameter it stepped and a slice of its gradient."""
+        self._fresh = True
+        if self._last is None or self._last() is not opt:
+            self._last = weakref.ref(opt)
         if self._open:
             self._open.pop(opt, None)
             for iv in self._open.values():
@@ -236,10 +269,35 @@ class LoopWatch:
         except Exception as e:  # noqa: BLE001
             self._guard.fault("loop", e)
 
-    def backward_end(self, buf: StepBuffer) -> None:
+    def clipped(self, buf: StepBuffer, max_norm: float | None) -> None:
+        """clip_grad_norm_/clip_grad_value_ is called: right after the latest optimizer step, with no backward pass
+        since, it clips the gradients that step already applied (and that zero_grad() will discard)."""
+        opt = self._last() if self._last is not None else None
+        if opt is None or "loop" in self._guard.off:
+            return
+        try:
+            site = self._sites.get(opt)
+            if site is None:
+                site = self._sites[opt] = LoopSite(self._count, id(opt), self._on_kept)
+                self._count += 1
+            owners = self._sets.of_optimizer(opt).owners
+            root, module = owners[0] if owners else ("", "")
+            line = 0
+            if self._fresh:
+                site.clip_at, line = _where()
+                if not site.clip_line:
+                    site.clip_line, site.clip_max = line, max_norm
+                    self._on_kept(site)  # model.json names the lines
+            buf.extend("loopclip", site.index, [], ClipLayout(site, root, module, float(self._fresh), line))
+        except Exception as e:  # noqa: BLE001
+            self._guard.fault("loop", e)
+
+    def backward_end(self, buf: StepBuffer, inside: bool = False) -> None:
         """A backward pass of a sampled step ended: for each optimizer seen stepping, whether the gradient of one
-        parameter it steps holds a non-zero now (pre_step then tells whether it was still there at the step)."""
-        if not buf.sampled or not self._sites or "loop" in self._guard.off:
+        parameter it steps holds a non-zero now (pre_step then tells whether it was still there at the step).
+        `inside` an optimizer step (a closure's backward, Lightning's): new gradients, but not judged."""
+        self._fresh = False
+        if inside or not buf.sampled or not self._sites or "loop" in self._guard.off:
             return
         try:
             for opt in list(self._sites.keys()):

@@ -156,6 +156,22 @@ class StepPacer:
         zero_grad.__wrapped__ = original  # type: ignore[attr-defined]
         return zero_grad
 
+    def wrap_clip(self, original: Callable, max_norm_at: int | None) -> Callable:
+        """torch.nn.utils.clip_grad_norm_ / clip_grad_value_, patched: the loop checks where in the step the call
+        comes (loopprobe.LoopWatch.clipped). `max_norm_at`: the position of clip_grad_norm_'s max_norm."""
+        pacer = self
+
+        def clip(*args: Any, **kwargs: Any) -> Any:
+            if not compiling() and pacer._guard.mine():
+                limit = kwargs.get("max_norm")
+                if limit is None and max_norm_at is not None and len(args) > max_norm_at:
+                    limit = args[max_norm_at]
+                pacer._loop.clipped(pacer._steps.buf, float(limit) if isinstance(limit, (int, float)) else None)
+            return original(*args, **kwargs)
+
+        clip.__wrapped__ = original  # type: ignore[attr-defined]
+        return clip
+
     def _drop_discarded(self, obj: Any) -> None:
         """A zero_grad that no step close preceded: when it discards every gradient the models hold, the
         backward passes since the last optimizer step served no update (an adversarial attack's inner loop
@@ -198,8 +214,7 @@ class StepPacer:
                 self._grads.norms(self._steps.buf, self._sets.every())
             except Exception as e:  # noqa: BLE001
                 self._guard.fault("grads", e)
-        if not self.clock.depth:  # (a closure's backward passes run inside its step: not judged)
-            self._loop.backward_end(self._steps.buf)
+        self._loop.backward_end(self._steps.buf, inside=bool(self.clock.depth))
         if act == CLOSE:
             self._closer.advance_or_fault()
 

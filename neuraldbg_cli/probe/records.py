@@ -41,7 +41,7 @@ HOLD_LIMIT = 1 << 22
 class Slot(NamedTuple):
     """Where some of a buffer's parts go on the host (see `_place`)."""
 
-    what: str  # "loss", "full", "grad", "weight", "update", "checksum", "norm", "loss_call", "resid", "attn", "loop" or "loopclear"
+    what: str  # "loss", "full", "grad", "weight", "update", "checksum", "norm", "loss_call", "resid", "attn", "loop", "loopclear" or "loopclip"
     key: Any  # the series, the site (root, module, site), or the parameters' owners
     length: int  # values in the parts
     extra: Any  # what `_place` needs besides the values (a Layout, norm factors) or None
@@ -329,6 +329,9 @@ def _place(rec: StepRecord, what: str, key: Any, chunk: list[float], extra: Any)
         _place_loop(rec, key, chunk, extra)
     elif what == "loopclear":  # key: the optimizer's number; extra: a loopprobe.ClearLayout
         _place_clear(rec, key, chunk, extra)
+    elif what == "loopclip":  # key: the optimizer's number; extra: a loopprobe.ClipLayout (host values)
+        _loop_stats(rec, key, extra).clipped = extra.after
+        rec.loop[key].clip_line = extra.line
     elif what == "checksum":  # per parameter, kept apart: the module changed if any of its parameters did
         for owner, v in zip(key, chunk):
             gs = rec.grads.get(owner)
@@ -387,13 +390,17 @@ def _place_attn(rec: StepRecord, key: tuple[str, str], chunk: list[float], lay: 
     rec.attn[key] = AttnStats(lay.source, lay.heads, lay.rows, lay.keys, chunk[0], chunk[1], chunk[2])
 
 
-def _place_clear(rec: StepRecord, key: int, chunk: list[float], lay: Any) -> None:
-    """Whether an optimizer's gradient, there after this step's backward pass, was gone when its step began."""
-    cleared = lay.cleared if lay.cleared is not None else chunk[0]
+def _loop_stats(rec: StepRecord, key: int, lay: Any) -> LoopStats:
+    """The optimizer's LoopStats of this step, made for a check other than the interval's when it has none."""
     s = rec.loop.get(key)
     if s is None:
         s = rec.loop[key] = LoopStats(lay.root, lay.module, -1.0, None, 0, lay.site.line, lay.site.backward_line)
-    s.cleared = cleared
+    return s
+
+
+def _place_clear(rec: StepRecord, key: int, chunk: list[float], lay: Any) -> None:
+    """Whether an optimizer's gradient, there after this step's backward pass, was gone when its step began."""
+    _loop_stats(rec, key, lay).cleared = lay.cleared if lay.cleared is not None else chunk[0]
 
 
 def _place_loop(rec: StepRecord, key: int, chunk: list[float], lay: Any) -> None:
@@ -401,7 +408,9 @@ def _place_loop(rec: StepRecord, key: int, chunk: list[float], lay: Any) -> None
     site (model.json then names its lines: loopprobe.LoopSite.kept)."""
     kept, stale = (lay.kept, lay.stale) if lay.kept is not None else (chunk[0], chunk[1])
     site = lay.site
-    cleared = rec.loop[key].cleared if key in rec.loop else -1.0
-    rec.loop[key] = LoopStats(lay.root, lay.module, kept, stale, lay.passes, site.line, site.backward_line, cleared)
+    prev = rec.loop.get(key)
+    rec.loop[key] = s = LoopStats(lay.root, lay.module, kept, stale, lay.passes, site.line, site.backward_line)
+    if prev is not None:  # the other checks' readings of this step
+        s.cleared, s.clipped, s.clip_line = prev.cleared, prev.clipped, prev.clip_line
     if kept >= 0.5:
         site.kept()

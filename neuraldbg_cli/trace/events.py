@@ -133,6 +133,7 @@ class LoopState(str, Enum):
     normal = "normal"
     grads_not_zeroed = "grads_not_zeroed"  # nothing zeroed them since its last step: each step applies their sum
     zeroed_before_step = "zeroed_before_step"  # there after backward(), gone at step(): the step applies nothing
+    clipped_after_step = "clipped_after_step"  # clip_grad_norm_/value_ right after step(): it clips nothing applied
 
 
 class EventType(str, Enum):
@@ -331,6 +332,10 @@ class LoopStats:
     # 1.0: its gradient was there (non-zero) after a backward pass of the step and gone (None or all zeros) when
     # step() began; 0.0: still there; -1.0: not checked
     cleared: float = -1.0
+    # 1.0: a clip_grad_norm_/clip_grad_value_ call came after the optimizer's step with no backward pass since
+    # (it clips gradients the step already applied); 0.0: before the step; -1.0: no call. clip_line: its line
+    clipped: float = -1.0
+    clip_line: int = 0
 
 
 @dataclass

@@ -3,7 +3,8 @@
 none (the bug: each step applies the sum of every gradient so far), zero_grad (optimizer.zero_grad() before the
 backward), keep_zeros (zero_grad(set_to_none=False)), grad_none (`p.grad = None`), data_zero
 (`p.grad.data.zero_()`, which the version counter does not show), model (model.zero_grad() after the step),
-before_step (the bug: optimizer.zero_grad() between loss.backward() and optimizer.step())."""
+before_step (the bug: optimizer.zero_grad() between loss.backward() and optimizer.step()). `--clip` before (as
+it should) or after (the bug) optimizer.step(); `--lr 2` with `--zero zero_grad` makes the steps blow up."""
 import argparse
 
 import torch
@@ -59,7 +60,11 @@ def train(args, model, device, train_loader, optimizer, epoch):
         loss.backward()
         if args.zero == "before_step":  # the bug: the gradients just made are gone before the step reads them
             optimizer.zero_grad()
+        if args.clip == "before":
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_norm)
         optimizer.step()
+        if args.clip == "after":  # the bug: the step has applied the unclipped gradients already
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_norm)
         if args.zero == "model":
             model.zero_grad()
         if batch_idx % 10 == 0:
@@ -70,6 +75,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--zero", default="none",
                         choices=["none", "zero_grad", "keep_zeros", "grad_none", "data_zero", "model", "before_step"])
+    parser.add_argument("--clip", default="none", choices=["none", "before", "after"])
+    parser.add_argument("--max-norm", type=float, default=0.5)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--lr", type=float, default=0.1)
     args = parser.parse_args()

@@ -16,6 +16,8 @@ passes run inside its step.
 - zeroed_before_step: on a sampled step, the gradient of that parameter held a non-zero after a backward pass and
   was gone (None, or all zeros) when the optimizer's step began: a zero_grad() between backward() and step(), so
   the step applies nothing. Its own machine (the two checks read different moments of the loop).
+- clipped_after_step: clip_grad_norm_/clip_grad_value_ was called right after the optimizer's step, with no
+  backward pass since: the step applied the unclipped gradients (its own machine, every call judged).
 
 The event names the parameter's model and module (`root`, `module`) and carries `optimizer` (its number),
 `line` (the script line of its step() call), `backward_line` (of the first backward() checked after it), `passes`
@@ -63,6 +65,11 @@ class LoopObserver(Observer):
                 self.board.feed(
                     ("loopclear", k), S.normal.value, cleared, rec.step, where, etype, SITE, s.root, s.module
                 )
+            if s.clipped >= 0:
+                clip = S.clipped_after_step.value if s.clipped >= 0.5 else S.normal.value
+                at: dict[str, Any] = {"optimizer": k, "line": s.line or None, "clip_line": s.clip_line or None}
+                etype = EventType.loop_health.value
+                self.board.feed(("loopclip", k), S.normal.value, clip, rec.step, at, etype, SITE, s.root, s.module)
             state = classify_loop(s)
             if state is None:
                 continue
@@ -111,7 +118,8 @@ def loop_misuse(ctx: Context) -> Hypothesis | None:
         return _zeroed_before_step(ctx, cleared)
     evs = ctx.select(types=[EventType.loop_health.value], to=[S.grads_not_zeroed.value], sites=[SITE])
     if not evs:
-        return None
+        clipped = ctx.select(types=[EventType.loop_health.value], to=[S.clipped_after_step.value], sites=[SITE])
+        return _clipped_after_step(ctx, clipped) if clipped else None
     first = min(evs, key=lambda e: e.step)
     onset = first.step
     held = _still(ctx, evs, S.grads_not_zeroed.value)
@@ -185,6 +193,42 @@ def _zeroed_before_step(ctx: Context, evs: list[Event]) -> Hypothesis:
     h = _hyp(Kind.loop_misuse, CONFIDENCE if held else ENDED, None, onset, summary, evs, tips)
     h.origin = Origin(module=None, step=onset, root=first.root)
     extra = {k: v for k, v in (("optimizer_type", kind), ("step_at", step_at), ("backward_at", backward_at)) if v}
+    for e in h.evidence:
+        if e.get("optimizer") == first.metrics.get("optimizer"):
+            e.update(extra)
+    return h
+
+
+CLIP_CONFIDENCE = 0.8  # the call order is read directly; whether the unclipped steps hurt is the symptoms' to say
+
+
+def _clipped_after_step(ctx: Context, evs: list[Event]) -> Hypothesis:
+    """clip_grad_norm_/clip_grad_value_ right after optimizer.step(): every step applies the unclipped gradients,
+    and the clip rescales gradients that the next zero_grad() discards."""
+    first = min(evs, key=lambda e: e.step)
+    onset = first.step
+    held = _still(ctx, evs, S.clipped_after_step.value)
+    o = _optimizer(ctx, first)
+    kind = str(o.get("type") or "optimizer")
+    step_at = _at(o, "step_at", first.metrics.get("line"))
+    clip_at = _at(o, "clip_at", first.metrics.get("clip_line"))
+    limit = o.get("clip_max_norm")
+    summary = (
+        f"Gradients are clipped after the optimizer step: the clipping call{' at ' + clip_at if clip_at else ''} "
+        f"comes right after {kind}.step(){' at ' + step_at if step_at else ''}, with no backward pass between them, "
+        f"from step {onset} on: each step applies the unclipped gradients, and the clip rescales gradients that "
+        "the next zero_grad() discards. It clips nothing."
+    )
+    norm = f"{limit:g}" if isinstance(limit, (int, float)) else "max_norm"
+    tips = [
+        f"clip between backward() and step(): move the clipping call{_where(clip_at)} above optimizer.step()"
+        f"{_where(step_at)}: `loss.backward(); torch.nn.utils.clip_grad_norm_(model.parameters(), {norm}); "
+        "optimizer.step()` (with a GradScaler, scaler.unscale_(optimizer) first)",
+    ]
+    made = fix("clip_grad_norm", tips[0], max_norm=float(limit) if isinstance(limit, (int, float)) else 1.0)
+    h = _hyp(Kind.loop_misuse, CLIP_CONFIDENCE if held else ENDED, None, onset, summary, evs, tips, fixes=[made])
+    h.origin = Origin(module=None, step=onset, root=first.root)
+    extra = {k: v for k, v in (("optimizer_type", kind), ("step_at", step_at), ("clip_at", clip_at)) if v}
     for e in h.evidence:
         if e.get("optimizer") == first.metrics.get("optimizer"):
             e.update(extra)
