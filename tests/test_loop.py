@@ -462,6 +462,58 @@ def test_a_clip_after_the_step_is_named_with_the_users_max_norm_as_the_fix(obser
     assert healthy.report["status"] == "healthy", healthy.report["hypotheses"]
 
 
+def _class_call(one, first, classes=4, n=32):
+    from neuraldbg_cli.trace.events import LossCallStats
+
+    return LossCallStats("cross_entropy", None, (n, classes), (n,), None, "mean", "float32", classes, n,
+                         one_class=one, first_target=first)
+
+
+def _batches_events(calls):
+    from neuraldbg_cli.reason.monitor import Monitor
+
+    events = []
+    mon = Monitor(TH, events.append)
+    for step, c in enumerate(calls):
+        mon.observe(StepRecord(step=step, sampled=True, loss=1.0, loss_calls={"cross_entropy": c}))
+    mon.finish()
+    return [e for e in events if e.site == "loop"]
+
+
+def test_batches_of_one_class_each_spanning_several_are_sorted_data():
+    sorted_ = [_class_call(1.0, float(i // 5)) for i in range(20)]  # 5 batches of class 0, then 5 of class 1...
+    evs = _batches_events(sorted_)
+    assert [e.to for e in evs] == ["single_class_batches"], evs
+    # mixed batches, or a data set of one class only, say nothing
+    assert _batches_events([_class_call(0.0, float(i % 4)) for i in range(20)]) == []
+    assert _batches_events([_class_call(1.0, 0.0) for _ in range(20)]) == []
+    # an odd single-class batch among mixed ones is chance, not sorting
+    odd = [_class_call(1.0 if i % 7 == 0 else 0.0, float(i % 4)) for i in range(30)]
+    assert _batches_events(odd) == []
+
+
+def test_the_probe_reads_whether_a_batch_holds_one_class():
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with Recorder() as rec:
+        for y in (torch.zeros(16, dtype=torch.long), torch.arange(16) % 3):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(torch.randn(16, 8)), y).backward()
+            opt.step()
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(torch.randn(4, 8)), torch.zeros(4, dtype=torch.long)).backward()
+        opt.step()  # a batch of 4: too few targets to tell
+    got = [r.loss_calls["cross_entropy"] for r in rec.records if "cross_entropy" in r.loss_calls]
+    assert [(c.one_class, c.first_target) for c in got] == [(1.0, 0.0), (0.0, 0.0), (None, None)], got
+
+
+def test_a_loader_over_label_sorted_data_is_named_and_its_shuffled_twin_is_quiet(observe):
+    top = observe("loop_sorted.py").report["hypotheses"][0]
+    assert top["kind"] == "loop_misuse" and "Every batch holds one class" in top["summary"], top
+    assert "shuffle=True" in top["suggestions"][0]
+    assert observe("loop_sorted.py", "--shuffle").report["status"] == "healthy"
+
+
 BROKEN = [
     ("loop_mnist.py", ("--zero", "none"), "loop_mnist.py:60"),
     ("loop_accumulation.py", ("--zero", "none"), "loop_accumulation.py:31"),

@@ -62,6 +62,7 @@ class LossLayout(NamedTuple):
     terms: int  # values the reduction adds up (per class-loss row: one term)
     row_sums: bool  # the values end with max |row sum - 1|
     source: str | None  # the op that made the input (see source_op)
+    one_class: bool = False  # the values end with (all targets one class, the first target): class indices (N,)
 
 
 def module_loss(module: nn.Module) -> str | None:
@@ -142,11 +143,15 @@ def source_op(x: torch.Tensor) -> str | None:
     return None
 
 
+MIN_BATCH = 8  # class targets a batch needs before "all one class" says anything (two classes, 8 draws: 1%)
+
+
 def values(
     name: str, x: torch.Tensor, t: torch.Tensor | None, reduction: str, module: str | None = None
 ) -> tuple[list[torch.Tensor], LossLayout] | None:
     """0-d device tensors for one loss call, and their layout: [min, max] of the input (over a sample), then
-    max |row sum - 1| for the losses with a class dim. None when the input is no float tensor."""
+    max |row sum - 1| for the losses with a class dim, then for a class loss fed class indices (N,): whether all
+    are one class, and the first. None when the input is no float tensor."""
     if not x.is_floating_point() or x.numel() == 0:
         return None
     xd = x.detach()
@@ -160,6 +165,11 @@ def values(
         lead = xd if dim == 0 else xd[: max(1, ROW_ELEMENTS // max(1, xd[:1].numel()))]
         sums = lead.sum(dim=dim, dtype=torch.float32)
         out.append((sums - 1).abs().amax())
+    one_class = False
+    if name in CLASS_LOSSES and t is not None and t.dim() == 1 and t.numel() >= MIN_BATCH and not t.is_floating_point():
+        td = t.detach()  # class indices of a classifier's batch: all one class? (read with the step's values)
+        out += [(td == td[0]).all().float(), td[0].float()]
+        one_class = True
     if name == "ctc_loss":  # one term per utterance: (time, batch, classes), or (time, classes) unbatched
         terms = int(xd.shape[1]) if xd.dim() == 3 else 1
     else:
@@ -167,7 +177,8 @@ def values(
     tshape = tuple(t.shape) if t is not None else None
     bshape = _broadcast(xd, t) if name in ELEMENTWISE else None
     dtype = str(xd.dtype).removeprefix("torch.")
+    rows = dim is not None and bool(classes)
     lay = LossLayout(
-        name, module, tuple(xd.shape), tshape, bshape, reduction, dtype, classes, terms, len(out) == 3, source_op(x)
+        name, module, tuple(xd.shape), tshape, bshape, reduction, dtype, classes, terms, rows, source_op(x), one_class
     )
     return out, lay

@@ -378,6 +378,8 @@ def _place_loss_call(rec: StepRecord, key: str, chunk: list[float], lay: Any) ->
         chunk[1],
         chunk[2] if lay.row_sums else None,
         lay.source,
+        chunk[-2] if lay.one_class else None,
+        chunk[-1] if lay.one_class else None,
     )
 
 

@@ -134,6 +134,7 @@ class LoopState(str, Enum):
     grads_not_zeroed = "grads_not_zeroed"  # nothing zeroed them since its last step: each step applies their sum
     zeroed_before_step = "zeroed_before_step"  # there after backward(), gone at step(): the step applies nothing
     clipped_after_step = "clipped_after_step"  # clip_grad_norm_/value_ right after step(): it clips nothing applied
+    single_class_batches = "single_class_batches"  # every batch one class, the batches several: sorted, unshuffled
 
 
 class EventType(str, Enum):
@@ -311,6 +312,8 @@ class LossCallStats:
     max: float = float("nan")
     row_sum_dev: float | None = None
     source: str | None = None  # the autograd op that made the input (lossprobe.source_op); None: no graph
+    one_class: float | None = None  # 1.0: every class index of the batch is the same (None: not read)
+    first_target: float | None = None  # the batch's first class index (with one_class)
 
 
 @dataclass(slots=True)

@@ -283,6 +283,8 @@ def mechanism(cause: Hypothesis, effect: Hypothesis) -> str:
     """How `cause` produces `effect` (the link's mechanism, as the table allows it)."""
     if acts_at_once(cause):
         return "a zero_grad() between backward() and step() leaves every step nothing to apply"
+    if cause.kind == Kind.loop_misuse and any(e.get("to") == "single_class_batches" for e in cause.evidence):
+        return "batches of one class pull the model toward that class, and each change of class undoes it"
     if cause.kind == Kind.loop_misuse and any(e.get("to") == "clipped_after_step" for e in cause.evidence):
         return "the clip comes after the step, so every step applies the unclipped gradients"
     return _HOW.get((cause.kind, effect.kind)) or _HOW.get((cause.kind, None)) or "its mechanism reaches it"

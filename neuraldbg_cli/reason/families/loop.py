@@ -16,6 +16,8 @@ passes run inside its step.
 - zeroed_before_step: on a sampled step, the gradient of that parameter held a non-zero after a backward pass and
   was gone (None, or all zeros) when the optimizer's step began: a zero_grad() between backward() and step(), so
   the step applies nothing. Its own machine (the two checks read different moments of the loop).
+- single_class_batches: per class loss fed class indices (N >= 8), at least 80% of at least 5 sampled batches hold
+  one class each while together they span several: data sorted by label, unshuffled.
 - clipped_after_step: clip_grad_norm_/clip_grad_value_ was called right after the optimizer's step, with no
   backward pass since: the step applied the unclipped gradients (its own machine, every call judged).
 
@@ -29,9 +31,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from neuraldbg_cli.reason.families.base import Family, Observer
+from neuraldbg_cli.reason.families.base import Board, Family, Observer
 from neuraldbg_cli.reason.families.context import Context, Event
 from neuraldbg_cli.reason.families.evidence import _hyp, _still
+from neuraldbg_cli.reason.families.lossfn import LOSS_NAMES
 from neuraldbg_cli.reason.fixspec import fix
 from neuraldbg_cli.trace.events import EventType, Hypothesis, Kind, LoopState, LoopStats, Origin, StepRecord
 
@@ -49,10 +52,44 @@ def classify_loop(s: LoopStats) -> str | None:
     return S.grads_not_zeroed.value if s.kept >= 0.5 else S.normal.value
 
 
+MIN_CHECKS = 5  # sampled batches read before "every batch holds one class" is said
+ONE_CLASS_SHARE = 0.8  # of them, at least this share hold a single class
+
+
 class LoopObserver(Observer):
-    """Per record: each optimizer's interval checked (sampled steps), one machine per optimizer."""
+    """Per record: each optimizer's interval checked (sampled steps), one machine per optimizer; and per class
+    loss, whether its batches each hold one class (one machine per loss)."""
+
+    def __init__(self, board: Board) -> None:
+        super().__init__(board)
+        self.batches: dict[str, tuple[int, int, frozenset[float]]] = {}  # loss -> (read, one class, classes seen)
+
+    def _batches(self, rec: StepRecord) -> None:
+        """Batches of one class each, while together they span several: a loader over data sorted by label."""
+        for name, c in rec.loss_calls.items():
+            if c.one_class is None or (c.classes or 0) < 2 or c.first_target is None:
+                continue
+            read, single, seen = self.batches.get(name, (0, 0, frozenset()))
+            read += 1
+            if c.one_class >= 0.5:
+                single, seen = single + 1, seen | {c.first_target}
+            self.batches[name] = (read, single, seen)
+            sorted_ = read >= MIN_CHECKS and single >= ONE_CLASS_SHARE * read and len(seen) >= 2
+            state = S.single_class_batches.value if sorted_ else S.normal.value
+            metrics: dict[str, Any] = {
+                "loss_id": float(LOSS_NAMES.index(name)) if name in LOSS_NAMES else -1.0,
+                "batches": read,
+                "one_class": single,
+                "classes_seen": len(seen),
+                "classes": c.classes,
+                "batch": c.terms,
+            }
+            etype = EventType.loop_health.value
+            self.board.feed(("loopbatch", name), S.normal.value, state, rec.step, metrics, etype, SITE, None, None)
 
     def observe(self, rec: StepRecord) -> None:
+        if rec.loss_calls:
+            self._batches(rec)
         for k, s in rec.loop.items():
             if s.cleared >= 0:  # its own machine: the two checks read different moments of the loop
                 cleared = S.zeroed_before_step.value if s.cleared >= 0.5 else S.normal.value
@@ -117,6 +154,9 @@ def loop_misuse(ctx: Context) -> Hypothesis | None:
     if cleared:
         return _zeroed_before_step(ctx, cleared)
     evs = ctx.select(types=[EventType.loop_health.value], to=[S.grads_not_zeroed.value], sites=[SITE])
+    batches = ctx.select(types=[EventType.loop_health.value], to=[S.single_class_batches.value], sites=[SITE])
+    if not evs and batches:
+        return _single_class_batches(ctx, batches)
     if not evs:
         clipped = ctx.select(types=[EventType.loop_health.value], to=[S.clipped_after_step.value], sites=[SITE])
         return _clipped_after_step(ctx, clipped) if clipped else None
@@ -196,6 +236,32 @@ def _zeroed_before_step(ctx: Context, evs: list[Event]) -> Hypothesis:
     for e in h.evidence:
         if e.get("optimizer") == first.metrics.get("optimizer"):
             e.update(extra)
+    return h
+
+
+def _single_class_batches(ctx: Context, evs: list[Event]) -> Hypothesis:
+    """Each batch one class: every step pulls the model toward that class and the next batch's class undoes it;
+    the loss swings at each change of class and the model ends biased toward the last classes seen."""
+    first = min(evs, key=lambda e: e.step)
+    m = first.metrics
+    found = m.get("loss_id")
+    i = int(found) if found is not None else -1
+    loss = f"F.{LOSS_NAMES[i]}" if 0 <= i < len(LOSS_NAMES) else "the class loss"
+    held = _still(ctx, evs, S.single_class_batches.value)
+    summary = (
+        f"Every batch holds one class: on {int(m.get('one_class') or 0)} of {int(m.get('batches') or 0)} sampled "
+        f"steps all {int(m.get('batch') or 0)} targets of {loss} were the same class, while the batches "
+        f"span {int(m.get('classes_seen') or 0)} classes: the data reach the model sorted by label (an unshuffled "
+        "loader over a data set ordered by class), so each step pulls the model toward one class and the next "
+        "class undoes it."
+    )
+    tips = [
+        "shuffle the training data: DataLoader(dataset, batch_size=..., shuffle=True) (or a sampler that mixes the "
+        "classes in every batch); with a hand-made loop, draw a random permutation each epoch: "
+        "`perm = torch.randperm(len(x)); for i in range(0, len(x), bs): idx = perm[i:i + bs]`",
+    ]
+    h = _hyp(Kind.loop_misuse, CONFIDENCE if held else ENDED, None, first.step, summary, evs, tips)
+    h.origin = Origin(module=None, step=first.step, root=None)
     return h
 
 
