@@ -105,8 +105,11 @@ class OptimizerWatch:
                 "dtypes": sorted({str(p.dtype).removeprefix("torch.") for p in params}),
                 "roots": sorted({root for root, _ in self._sets.of_optimizer(opt).owners}),
             }
-            if self._lr_at.get(id(opt)):
-                self._described[id(opt)]["lr_at"] = [list(p) for p in self._lr_at[id(opt)]]
+        # the lrs seen, also of an optimizer gone since its last description: a script's optimizer is freed with
+        # its globals when it ends, before model.json is written the last time (the whole schedule goes in it)
+        for key, described in self._described.items():
+            if self._lr_at.get(key):
+                described["lr_at"] = [list(p) for p in self._lr_at[key]]
         for key, note in self.notes.items():  # (also of an optimizer gone since its last description)
             if key in self._described:
                 self._described[key].update(note)

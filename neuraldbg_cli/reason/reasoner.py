@@ -254,7 +254,9 @@ def _first_root(j: int, parents: list[list[int]]) -> int:
 
 # advice.lower_lr / plateau_lr (the lr in force, and a value to move it to), the clipping tips, and the search
 # for a detached graph that a missing gradient sends the user on (the bug above it is where the gradient went)
-_STEP_TIP = re.compile(r"^(lr=\S+ with |clip gradients|look for \.detach\(\)|check that the module's output)")
+_STEP_TIP = re.compile(
+    r"^(lr=\S+ with |clip gradients|look for \.detach\(\)|check that the module's output|make sure optimizer\.step)"
+)
 _STEP_FIXES = {"lr_scale", "clip_grad_norm"}
 
 

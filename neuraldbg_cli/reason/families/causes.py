@@ -98,6 +98,8 @@ CONDITIONS: dict[str, Pair] = {
     "sign_error": lambda c, e: falls_without_bound(c),
     "sums": lambda c, e: any(ev.get("to") == "sum_reduction" for ev in c.evidence),
     "effect_sign_error": lambda c, e: falls_without_bound(e),
+    # an lr a thousand times below its peak moves the weights by less than their float resolution
+    "lr_collapsed": lambda c, e: any(ev.get("to") == "lr_collapsed" for ev in c.evidence),
 }
 CROSS_MODEL = {"opponent_wins"}  # conditions whose mechanism acts from one model on another (a GAN's game)
 # what a normalisation fault that acts in training causes: the layers after it see badly scaled values
@@ -135,6 +137,7 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
             Kind.normalization_fault,
         ),
         needs_training=True,
+        when=((Kind.unchanged_weights, "lr_collapsed"),),
         unless=_DRIFT,
     ),
     # the loss called wrongly: the model cannot learn what the loss asks (or is pushed without bound)
@@ -283,6 +286,8 @@ def mechanism(cause: Hypothesis, effect: Hypothesis) -> str:
     """How `cause` produces `effect` (the link's mechanism, as the table allows it)."""
     if acts_at_once(cause):
         return "a zero_grad() between backward() and step() leaves every step nothing to apply"
+    if cause.kind == Kind.loop_misuse and any(e.get("to") == "lr_collapsed" for e in cause.evidence):
+        return "steps at a learning rate a thousand times below its peak change almost nothing"
     if cause.kind == Kind.loop_misuse and any(e.get("to") == "single_class_batches" for e in cause.evidence):
         return "batches of one class pull the model toward that class, and each change of class undoes it"
     if cause.kind == Kind.loop_misuse and any(e.get("to") == "clipped_after_step" for e in cause.evidence):

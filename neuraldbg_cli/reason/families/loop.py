@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from neuraldbg_cli.reason.families.base import Board, Family, Observer
-from neuraldbg_cli.reason.families.context import Context, Event
+from neuraldbg_cli.reason.families.context import Context, Event, _lr_history
 from neuraldbg_cli.reason.families.evidence import _hyp, _still
 from neuraldbg_cli.reason.families.lossfn import LOSS_NAMES
 from neuraldbg_cli.reason.fixspec import fix
@@ -159,7 +159,7 @@ def loop_misuse(ctx: Context) -> Hypothesis | None:
         return _single_class_batches(ctx, batches)
     if not evs:
         clipped = ctx.select(types=[EventType.loop_health.value], to=[S.clipped_after_step.value], sites=[SITE])
-        return _clipped_after_step(ctx, clipped) if clipped else None
+        return _clipped_after_step(ctx, clipped) if clipped else _lr_collapsed(ctx)
     first = min(evs, key=lambda e: e.step)
     onset = first.step
     held = _still(ctx, evs, S.grads_not_zeroed.value)
@@ -265,6 +265,72 @@ def _single_class_batches(ctx: Context, evs: list[Event]) -> Hypothesis:
     return h
 
 
+COLLAPSE = 1e-3  # an lr this far below its peak changes almost nothing
+EARLY = 0.3  # collapsed within this share of the run's steps (a schedule meant to end low gets there at the end)
+MIN_RUN = 50  # steps a run needs before its schedule's shape says anything
+
+
+def _lr_collapsed(ctx: Context) -> Hypothesis | None:
+    """A learning rate that fell COLLAPSE below its peak within the first EARLY of the run and stayed down: the
+    rest of the run changes almost nothing. The usual cause is a scheduler whose step sizes are in epochs
+    (StepLR's step_size, MultiStepLR's milestones, ExponentialLR's gamma, CosineAnnealingLR's T_max) stepped
+    once per batch. Read from the lr history model.json records (sampled steps); replayable, no probe of its own."""
+    summaries = ctx.select(types=[EventType.run_summary.value])
+    total = int(summaries[-1].metrics.get("steps") or 0) if summaries else 0
+    if total < MIN_RUN:
+        return None
+    found = None
+    for opt in ctx.optimizers:
+        groups = [g for g in opt.get("groups") or [] if isinstance(g, dict)]
+        hist = _lr_history(opt.get("lr_at"), len(groups))
+        for i in range(len(groups)):
+            points = [(int(p[0]), abs(float(p[1 + i]))) for p in hist]
+            if len(points) < 2:
+                continue
+            top_step, top = max(points, key=lambda p: p[1])
+            low = [(st, lr) for st, lr in points if st > top_step and lr <= COLLAPSE * top]
+            if not top or not low or low[0][0] > EARLY * total:
+                continue
+            if any(lr > 10 * COLLAPSE * top for st, lr in points if st > low[0][0]):
+                continue  # it came back up (warm restarts): a schedule, not a collapse
+            if found is None or low[0][0] < found[2]:
+                found = (str(opt.get("type") or "optimizer"), top, low[0][0], points[-1][1])
+    if found is None:
+        return None
+    kind, top, at, last = found
+    share = 100 * (total - at) / total
+    summary = (
+        f"The learning rate collapsed early: {kind}'s lr falls from {top:g} to under a thousandth of it by step "
+        f"{at} of {total} (it ends at {last:g}) and stays there for the last {share:.0f}% of the run, "
+        "which then changes almost nothing: a scheduler whose step sizes are in epochs (StepLR's step_size, "
+        "MultiStepLR's milestones, ExponentialLR's gamma, CosineAnnealingLR's T_max) stepped once per batch."
+    )
+    tips = [
+        "step the scheduler once per epoch (scheduler.step() after the loop over batches), or give it step sizes "
+        "in batches (step_size × batches per epoch; OneCycleLR and warm-up + cosine schedules are made to step "
+        "per batch)",
+    ]
+    stalled = bool(ctx.select(types=[EventType.optimizer_instability.value], to=["plateau"]))
+    h = _hyp(Kind.loop_misuse, CONFIDENCE if stalled else LR_DEAD, None, at, summary, [], tips)
+    h.origin = Origin(module=None, step=at, root=None)
+    h.evidence = [
+        {
+            "type": "lr_schedule",
+            "step": at,
+            "module": None,
+            "from": "normal",
+            "to": "lr_collapsed",
+            "site": SITE,
+            "peak_lr": top,
+            "lr": last,
+            "steps": float(total),
+            "optimizer_type": kind,
+        }
+    ]
+    return h
+
+
+LR_DEAD = 0.7  # no stall recognised (a loss that learned first stays "improved"), yet most of the run learns nothing
 CLIP_CONFIDENCE = 0.8  # the call order is read directly; whether the unclipped steps hurt is the symptoms' to say
 
 
