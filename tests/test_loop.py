@@ -514,6 +514,49 @@ def test_a_loader_over_label_sorted_data_is_named_and_its_shuffled_twin_is_quiet
     assert observe("loop_sorted.py", "--shuffle").report["status"] == "healthy"
 
 
+def _lr_ctx(points, steps=200, plateau=False):
+    from neuraldbg_cli.reason.families.context import Context
+
+    evs = [SemanticEvent(type=EventType.run_summary.value, step=steps - 1, root=None, from_="running",
+                         to="finished", site="run", metrics={"steps": float(steps)})]
+    if plateau:
+        evs.append(SemanticEvent(type=EventType.optimizer_instability.value, step=20, root=None, from_="normal",
+                                 to="plateau", site="loss", metrics={}))
+    opt = {"type": "SGD", "groups": [{"lr": points[-1][1]}], "lr_at": [list(p) for p in points]}
+    return Context(events=evs, optimizers=[opt])
+
+
+def test_an_lr_that_collapses_early_is_named_and_schedules_made_to_end_low_are_not():
+    from neuraldbg_cli.reason.families.loop import loop_misuse
+
+    per_batch = [(0, 0.05), (3, 5e-3), (6, 5e-4), (9, 5e-5), (20, 5e-8), (30, 5e-11)]  # StepLR(3) per batch
+    h = loop_misuse(_lr_ctx(per_batch, plateau=True))
+    assert h is not None and h.kind == Kind.loop_misuse and "collapsed early" in h.summary and h.confidence >= 0.9
+    assert "once per epoch" in h.suggestions[0]
+    assert loop_misuse(_lr_ctx(per_batch)).confidence >= 0.5  # most of the run learns nothing: counted anyway
+    # per epoch (10 epochs of 20 batches): 1000x below its peak only at step 180, 90% of the run
+    per_epoch = [(0, 0.05), (60, 5e-3), (120, 5e-4), (180, 5e-5)]
+    assert loop_misuse(_lr_ctx(per_epoch)) is None
+    # OneCycleLR per batch: up to its peak at 30%, down to 1/10000 of it at the very end
+    onecycle = [(0, 2e-3), (30, 0.02), (60, 0.05), (120, 0.02), (180, 1e-3), (199, 2e-7)]
+    assert loop_misuse(_lr_ctx(onecycle)) is None
+    # cosine with warm restarts: near 0 early, then back up
+    restarts = [(0, 0.05), (18, 1e-5), (20, 0.05), (38, 1e-5), (40, 0.05)]
+    assert loop_misuse(_lr_ctx(restarts)) is None
+
+
+@pytest.mark.parametrize("per,found", [("batch", True), ("epoch", False), ("onecycle", False)])
+def test_a_scheduler_stepped_per_batch_with_epoch_sized_steps_is_named(observe, per, found):
+    report = observe("loop_sched.py", "--per", per).report
+    if not found:
+        assert report["status"] == "healthy", report["hypotheses"]
+        return
+    top = report["hypotheses"][0]
+    assert top["kind"] == "loop_misuse" and "collapsed early" in top["summary"], top
+    frozen = [h for h in report["hypotheses"] if h["kind"] == "unchanged_weights"]
+    assert all(h.get("caused_by") == "loop_misuse" for h in frozen), frozen
+
+
 BROKEN = [
     ("loop_mnist.py", ("--zero", "none"), "loop_mnist.py:60"),
     ("loop_accumulation.py", ("--zero", "none"), "loop_accumulation.py:31"),
