@@ -40,10 +40,11 @@ _jobs: dict[str, tuple[subprocess.CompletedProcess, Path]] = {}
 def gloo_exit_abort(proc: subprocess.CompletedProcess) -> bool:
     """torch's own gloo teardown can abort a rank as its interpreter exits, after the job is done and the
     verdict printed: `terminate called without an active exception`, the rank killed by SIGABRT (issue 28;
-    plain torchrun of a gloo script shows it too, without neuraldbg). Only that exact end is retried."""
+    plain torchrun of a gloo script shows it too, without neuraldbg). Only that end is retried: a rank killed by
+    SIGABRT after the verdict was printed (the `terminate called` line does not always reach the launcher's
+    stderr: seen on 3.11 and 3.13 without it)."""
     err = proc.stderr
-    return (proc.returncode != 0 and "terminate called without an active exception" in err
-            and "(SIGABRT)" in err and "neuraldbg: trace in " in err)
+    return proc.returncode != 0 and "(SIGABRT)" in err and "neuraldbg: trace in " in err
 
 
 def job(mode: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path]:
@@ -51,7 +52,9 @@ def job(mode: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess
     if mode not in _jobs:
         cwd = tmp_path_factory.mktemp(mode)
         proc = torchrun(SCRIPT, "--mode", mode, cwd=cwd)
-        if gloo_exit_abort(proc):  # a fresh directory: the aborted job's run directory stays where it is
+        for _ in range(2):  # a fresh directory: the aborted job's run directory stays where it is
+            if not gloo_exit_abort(proc):
+                break
             cwd = tmp_path_factory.mktemp(mode)
             proc = torchrun(SCRIPT, "--mode", mode, cwd=cwd)
         dirs = [p for p in (cwd / "runs").iterdir() if p.name != "latest"]
@@ -184,7 +187,7 @@ def explain_json_many(*dirs: Path) -> dict:
 def test_shared_run_dir_and_launcher_form_with_fail_on(tmp_path):
     """`neuraldbg run --run-dir D --fail-on K -m torch.distributed.run ...`: the ranks share D, the launching
     neuraldbg prints the one verdict and exits 3; a second job into D is refused on every rank (exit 2)."""
-    for attempt in range(2):  # once more, into a fresh directory, if gloo's exit aborted a rank (gloo_exit_abort)
+    for attempt in range(3):  # again, into a fresh directory, if gloo's exit aborted a rank (gloo_exit_abort)
         run_dir = tmp_path / f"shared{attempt or ''}"
         r = subprocess.run([*NEURALDBG, "run", "--run-dir", str(run_dir), "--fail-on", "exploding_gradient", "-m",
                             "torch.distributed.run", "--standalone", "--nproc-per-node", "2", SCRIPT, "--mode",
