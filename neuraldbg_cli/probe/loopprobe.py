@@ -202,6 +202,27 @@ class LoopWatch:
         self._last: weakref.ref | None = None  # the optimizer that stepped last
         self._fresh = False  # a step ended and no backward pass began since: gradients the step already applied
 
+    def _site(self, opt: torch.optim.Optimizer) -> LoopSite:
+        """The optimizer's LoopSite, made (and numbered) the first time it is needed."""
+        site = self._sites.get(opt)
+        if site is None:
+            site = self._sites[opt] = LoopSite(self._count, id(opt), self._on_kept)
+            self._count += 1
+        return site
+
+    def _first_grad(self, opt: torch.optim.Optimizer) -> tuple[torch.Tensor, tuple[str, str], torch.Tensor] | None:
+        """The first parameter the optimizer steps with a dense gradient, its owner, and the gradient's slice (the
+        one parameter every check of that optimizer reads); None when none has one."""
+        ps, sparse = self._sets.of_optimizer(opt), self._sets.sparse()
+        for p, owner in zip(ps.params, ps.owners):
+            g = p.grad
+            if g is None or id(p) in sparse:
+                continue
+            part = _slice(g)
+            if part is not None:
+                return p, owner, part
+        return None
+
     def post_step(self, opt: torch.optim.Optimizer, buf: StepBuffer) -> None:
         """An optimizer step ended: the other optimizers' next backward pass is their own (see _Interval.backward);
         a sampled one remembers one parameter it stepped and a slice of its gradient."""
@@ -215,25 +236,17 @@ class LoopWatch:
         if not buf.sampled or "loop" in self._guard.off:
             return
         try:
-            site = self._sites.get(opt)
-            if site is None:
-                site = self._sites[opt] = LoopSite(self._count, id(opt), self._on_kept)
-                self._count += 1
-            ps, sparse = self._sets.of_optimizer(opt), self._sets.sparse()
-            for p, owner in zip(ps.params, ps.owners):
-                g = p.grad
-                if g is None or id(p) in sparse:
-                    continue
-                part = _slice(g)
-                if part is None:
-                    continue
-                with torch.no_grad():
-                    snap = part.clone()
-                    found = snap.any()
-                if _read_now(snap) and not found:  # all zeros: nothing to tell (read at once on the CPU)
-                    return
-                self._open[opt] = _Interval(site, p, owner, snap, found)
+            site = self._site(opt)
+            first = self._first_grad(opt)
+            if first is None:
                 return
+            p, owner, part = first
+            with torch.no_grad():
+                snap = part.clone()
+                found = snap.any()
+            if _read_now(snap) and not found:  # all zeros: nothing to tell (read at once on the CPU)
+                return
+            self._open[opt] = _Interval(site, p, owner, snap, found)
         except Exception as e:  # noqa: BLE001
             self._guard.fault("loop", e)
 
@@ -276,10 +289,7 @@ class LoopWatch:
         if opt is None or "loop" in self._guard.off:
             return
         try:
-            site = self._sites.get(opt)
-            if site is None:
-                site = self._sites[opt] = LoopSite(self._count, id(opt), self._on_kept)
-                self._count += 1
+            site = self._site(opt)
             owners = self._sets.of_optimizer(opt).owners
             root, module = owners[0] if owners else ("", "")
             line = 0
@@ -303,23 +313,16 @@ class LoopWatch:
             for opt in list(self._sites.keys()):
                 if opt in self._after:
                     continue
-                ps, sparse = self._sets.of_optimizer(opt), self._sets.sparse()
-                for p, owner in zip(ps.params, ps.owners):
-                    g = p.grad
-                    if g is None or id(p) in sparse:
-                        continue
-                    part = _slice(g)
-                    if part is None:
-                        continue
-                    with torch.no_grad():
-                        found = part.any()
-                    if _read_now(found):
-                        if not bool(found):
-                            break  # all zeros after the backward pass: nothing to tell
-                        self._after[opt] = _After(weakref.ref(p), owner, True)
-                    else:
-                        self._after[opt] = _After(weakref.ref(p), owner, found)
-                    break
+                first = self._first_grad(opt)
+                if first is None:
+                    continue
+                p, owner, part = first
+                with torch.no_grad():
+                    found = part.any()
+                if not _read_now(found):
+                    self._after[opt] = _After(weakref.ref(p), owner, found)
+                elif bool(found):  # (all zeros after the backward pass: nothing to tell)
+                    self._after[opt] = _After(weakref.ref(p), owner, True)
         except Exception as e:  # noqa: BLE001
             self._guard.fault("loop", e)
 

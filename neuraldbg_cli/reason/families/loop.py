@@ -29,7 +29,7 @@ optimizer found keeping its gradients."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from neuraldbg_cli.reason.families.base import Board, Family, Observer
 from neuraldbg_cli.reason.families.context import Context, Event, _lr_history
@@ -150,24 +150,55 @@ def _where(at: str) -> str:
 
 
 def loop_misuse(ctx: Context) -> Hypothesis | None:
-    cleared = ctx.select(types=[EventType.loop_health.value], to=[S.zeroed_before_step.value], sites=[SITE])
-    if cleared:
-        return _zeroed_before_step(ctx, cleared)
-    evs = ctx.select(types=[EventType.loop_health.value], to=[S.grads_not_zeroed.value], sites=[SITE])
-    batches = ctx.select(types=[EventType.loop_health.value], to=[S.single_class_batches.value], sites=[SITE])
-    if not evs and batches:
-        return _single_class_batches(ctx, batches)
-    if not evs:
-        clipped = ctx.select(types=[EventType.loop_health.value], to=[S.clipped_after_step.value], sites=[SITE])
-        return _clipped_after_step(ctx, clipped) if clipped else _lr_collapsed(ctx)
+    """One hypothesis for the loop: the bug that does most (a step that applies nothing, then gradients summed
+    over steps, batches of one class, clipping that clips nothing, an lr that collapsed)."""
+    for state, build in (
+        (S.zeroed_before_step, _zeroed_before_step),
+        (S.grads_not_zeroed, _never_zeroed),
+        (S.single_class_batches, _single_class_batches),
+        (S.clipped_after_step, _clipped_after_step),
+    ):
+        evs = ctx.select(types=[EventType.loop_health.value], to=[state.value], sites=[SITE])
+        if evs:
+            return build(ctx, evs)
+    return _lr_collapsed(ctx)
+
+
+class _Site(NamedTuple):
+    """What every optimizer-read loop state says the same way: its first event, whether it lasted, and the
+    optimizer's type and step() line (model.json's description, else the event's line)."""
+
+    first: Event
+    held: float  # _still: the share of its sites still in the state (0: it ended everywhere)
+    opt: dict[str, Any]
+    kind: str
+    step_at: str
+
+
+def _site(ctx: Context, evs: list[Event]) -> _Site:
     first = min(evs, key=lambda e: e.step)
-    onset = first.step
-    held = _still(ctx, evs, S.grads_not_zeroed.value)
-    conf = CONFIDENCE if held else ENDED
     o = _optimizer(ctx, first)
-    kind = str(o.get("type") or "optimizer")
     step_at = _at(o, "step_at", first.metrics.get("line"))
-    backward_at = _at(o, "backward_at", first.metrics.get("backward_line"))
+    return _Site(first, _still(ctx, evs, first.to), o, str(o.get("type") or "optimizer"), step_at)
+
+
+def _finish(h: Hypothesis, site: _Site, **lines: str) -> Hypothesis:
+    """The hypothesis placed at the run's loop (no module), its first optimizer's evidence naming the lines."""
+    h.origin = Origin(module=None, step=site.first.step, root=site.first.root)
+    extra = {k: v for k, v in (("optimizer_type", site.kind), ("step_at", site.step_at), *lines.items()) if v}
+    for e in h.evidence:
+        if e.get("optimizer") == site.first.metrics.get("optimizer"):
+            e.update(extra)
+    return h
+
+
+def _never_zeroed(ctx: Context, evs: list[Event]) -> Hypothesis:
+    """Gradients never zeroed between an optimizer's steps: each step applies the sum of every gradient so far."""
+    site = _site(ctx, evs)
+    first, held, kind, step_at = site.first, site.held, site.kind, site.step_at
+    onset = first.step
+    conf = CONFIDENCE if held else ENDED
+    backward_at = _at(site.opt, "backward_at", first.metrics.get("backward_line"))
     model = first.root or "the model"
     summary = (
         "Gradients are never zeroed between optimizer steps: "
@@ -200,24 +231,16 @@ def loop_misuse(ctx: Context) -> Hypothesis | None:
             "loss) must be zeroed right before its own backward: netD.zero_grad(); errD.backward(); optD.step()"
         )
     h = _hyp(Kind.loop_misuse, conf, None, onset, summary, evs, tips, fixes=[fix("zero_grad", tips[0])])
-    h.origin = Origin(module=None, step=onset, root=first.root)
-    extra = {k: v for k, v in (("optimizer_type", kind), ("step_at", step_at), ("backward_at", backward_at)) if v}
-    for e in h.evidence:
-        if e.get("optimizer") == first.metrics.get("optimizer"):
-            e.update(extra)
-    return h
+    return _finish(h, site, backward_at=backward_at)
 
 
 def _zeroed_before_step(ctx: Context, evs: list[Event]) -> Hypothesis:
     """zero_grad() between backward() and step(): the gradient the backward pass made is gone when the step
     reads it, so the step applies nothing (the weights move only by momentum or weight decay, if at all)."""
-    first = min(evs, key=lambda e: e.step)
+    site = _site(ctx, evs)
+    first, held, kind, step_at = site.first, site.held, site.kind, site.step_at
     onset = first.step
-    held = _still(ctx, evs, S.zeroed_before_step.value)
-    o = _optimizer(ctx, first)
-    kind = str(o.get("type") or "optimizer")
-    step_at = _at(o, "step_at", first.metrics.get("line"))
-    backward_at = _at(o, "backward_at", first.metrics.get("backward_line"))
+    backward_at = _at(site.opt, "backward_at", first.metrics.get("backward_line"))
     model = first.root or "the model"
     summary = (
         f"The gradients are zeroed between backward() and step(): after each backward pass the gradients of {model} "
@@ -231,12 +254,7 @@ def _zeroed_before_step(ctx: Context, evs: list[Event]) -> Hypothesis:
         "step, a callback, or a second model's zero_grad() over shared parameters",
     ]
     h = _hyp(Kind.loop_misuse, CONFIDENCE if held else ENDED, None, onset, summary, evs, tips)
-    h.origin = Origin(module=None, step=onset, root=first.root)
-    extra = {k: v for k, v in (("optimizer_type", kind), ("step_at", step_at), ("backward_at", backward_at)) if v}
-    for e in h.evidence:
-        if e.get("optimizer") == first.metrics.get("optimizer"):
-            e.update(extra)
-    return h
+    return _finish(h, site, backward_at=backward_at)
 
 
 def _single_class_batches(ctx: Context, evs: list[Event]) -> Hypothesis:
@@ -337,14 +355,11 @@ CLIP_CONFIDENCE = 0.8  # the call order is read directly; whether the unclipped 
 def _clipped_after_step(ctx: Context, evs: list[Event]) -> Hypothesis:
     """clip_grad_norm_/clip_grad_value_ right after optimizer.step(): every step applies the unclipped gradients,
     and the clip rescales gradients that the next zero_grad() discards."""
-    first = min(evs, key=lambda e: e.step)
+    site = _site(ctx, evs)
+    first, held, kind, step_at = site.first, site.held, site.kind, site.step_at
     onset = first.step
-    held = _still(ctx, evs, S.clipped_after_step.value)
-    o = _optimizer(ctx, first)
-    kind = str(o.get("type") or "optimizer")
-    step_at = _at(o, "step_at", first.metrics.get("line"))
-    clip_at = _at(o, "clip_at", first.metrics.get("clip_line"))
-    limit = o.get("clip_max_norm")
+    clip_at = _at(site.opt, "clip_at", first.metrics.get("clip_line"))
+    limit = site.opt.get("clip_max_norm")
     summary = (
         f"Gradients are clipped after the optimizer step: the clipping call{' at ' + clip_at if clip_at else ''} "
         f"comes right after {kind}.step(){' at ' + step_at if step_at else ''}, with no backward pass between them, "
@@ -359,12 +374,7 @@ def _clipped_after_step(ctx: Context, evs: list[Event]) -> Hypothesis:
     ]
     made = fix("clip_grad_norm", tips[0], max_norm=float(limit) if isinstance(limit, (int, float)) else 1.0)
     h = _hyp(Kind.loop_misuse, CLIP_CONFIDENCE if held else ENDED, None, onset, summary, evs, tips, fixes=[made])
-    h.origin = Origin(module=None, step=onset, root=first.root)
-    extra = {k: v for k, v in (("optimizer_type", kind), ("step_at", step_at), ("clip_at", clip_at)) if v}
-    for e in h.evidence:
-        if e.get("optimizer") == first.metrics.get("optimizer"):
-            e.update(extra)
-    return h
+    return _finish(h, site, clip_at=clip_at)
 
 
 FAMILY = Family("loop", LoopObserver, (loop_misuse,))
