@@ -282,16 +282,21 @@ _HOW: dict[tuple[Kind, Kind | None], str] = {
 }
 
 
+# a loop bug's mechanism depends on which one it is (the state its evidence shows), not only on its kind
+_LOOP_HOW = {
+    "zeroed_before_step": "a zero_grad() between backward() and step() leaves every step nothing to apply",
+    "lr_collapsed": "steps at a learning rate a thousand times below its peak change almost nothing",
+    "single_class_batches": "batches of one class pull the model toward that class, and each change of class undoes it",
+    "clipped_after_step": "the clip comes after the step, so every step applies the unclipped gradients",
+}
+
+
 def mechanism(cause: Hypothesis, effect: Hypothesis) -> str:
     """How `cause` produces `effect` (the link's mechanism, as the table allows it)."""
-    if acts_at_once(cause):
-        return "a zero_grad() between backward() and step() leaves every step nothing to apply"
-    if cause.kind == Kind.loop_misuse and any(e.get("to") == "lr_collapsed" for e in cause.evidence):
-        return "steps at a learning rate a thousand times below its peak change almost nothing"
-    if cause.kind == Kind.loop_misuse and any(e.get("to") == "single_class_batches" for e in cause.evidence):
-        return "batches of one class pull the model toward that class, and each change of class undoes it"
-    if cause.kind == Kind.loop_misuse and any(e.get("to") == "clipped_after_step" for e in cause.evidence):
-        return "the clip comes after the step, so every step applies the unclipped gradients"
+    if cause.kind == Kind.loop_misuse:
+        state = next((_LOOP_HOW[e["to"]] for e in cause.evidence if e.get("to") in _LOOP_HOW), None)
+        if state:
+            return state
     return _HOW.get((cause.kind, effect.kind)) or _HOW.get((cause.kind, None)) or "its mechanism reaches it"
 
 
