@@ -226,10 +226,6 @@ def _mean(xs: list[float]) -> float | None:
 def addressed(kind: str, causes: dict[str, str], kinds: dict[str, float]) -> set[str]:
     """What a fix for `kind` is meant to cure in the control: its root (following 'likely a consequence of') and
     every problem that root explains, `kind` included."""
-    root, seen = kind, {kind}
-    while root in causes and causes[root] not in seen:
-        root = causes[root]
-        seen.add(root)
 
     def root_of(k: str) -> str:
         trail = {k}
@@ -238,6 +234,7 @@ def addressed(kind: str, causes: dict[str, str], kinds: dict[str, float]) -> set
             trail.add(k)
         return k
 
+    root = root_of(kind)
     return {k for k in kinds if root_of(k) == root} | {kind}
 
 
