@@ -16,10 +16,12 @@ from typing import Any
 from neuraldbg_cli import __version__
 from neuraldbg_cli.config import Settings
 from neuraldbg_cli.errors import ExitCode, NeuraldbgError
+from neuraldbg_cli.launch.children import arm_parent, job_id, wait_for_children
 from neuraldbg_cli.launch.console import verdict
 from neuraldbg_cli.launch.distributed import JOB_FILE, LAUNCHED, RankInfo, job_start, rank_info, shared_run_dir
 from neuraldbg_cli.launch.scriptexec import execute, install_sigterm, resolve_target, restore_sigterm
 from neuraldbg_cli.launch.wiring import StageWiring
+from neuraldbg_cli.probe.hookset import HookSet
 from neuraldbg_cli.trace.events import META_SCHEMA
 from neuraldbg_cli.trace.writer import EVENTS, META, point_latest, rank_file
 
@@ -141,7 +143,11 @@ class Session(StageWiring):
         }
         if self.info is not None:
             self.meta.update(
-                rank=self.info.rank, local_rank=self.info.local_rank, host=platform.node(), job=self.info.job
+                rank=self.info.rank,
+                local_rank=self.info.local_rank,
+                host=platform.node(),
+                job=self.info.job,
+                clock0=self.t0,  # the stats rows' times count from here (one clock per host)
             )
         self.write_meta()
         if trial is not None:  # before the probe: a fix's step pre-hook (clipping) runs before the probe reads
@@ -155,12 +161,14 @@ class Session(StageWiring):
             self._warn_once("probe installation", e)
         if trial is not None:
             self.probe.pacer.max_steps = trial.max_steps
-        previous = install_sigterm()
+        kids = self._arm_children()
+        self.sigterm_before = previous = install_sigterm()
         try:
             code = execute(self.mode, self.argv)
         finally:
             restore_sigterm(previous)
             if os.getpid() == self.pid:
+                kids.remove()
                 self._close()
                 if trial is not None:
                     trial.close(self.writer.write_json)
@@ -173,6 +181,7 @@ class Session(StageWiring):
         elif self.probe.pacer.limit_reached:  # a verify trial's clean end after its steps
             code, status = 0, "stopped"
             self.meta.update(stopped_at=self.probe.step - 1, step_limit=self.probe.pacer.max_steps)
+        self._children_ended()
         self.write_meta(
             end=_now(),
             wall_s=round(time.perf_counter() - t0, 3),
@@ -189,6 +198,27 @@ class Session(StageWiring):
         if self.info is not None:
             wait_for_ranks(self.run_dir, self.info.world_size)
         return self._verdict(code)
+
+    def _arm_children(self) -> HookSet:
+        """Child processes of the script that train are observed into this run (children.py); not for a rank
+        of a torchrun job, whose run is already the job's."""
+        if self.info is not None:
+            return HookSet()
+        try:
+            self.meta["job"] = job_id(self.run_dir, self.pid)
+            return arm_parent(self, self.meta["job"])
+        except Exception as e:  # noqa: BLE001
+            self._warn_once("child processes", e)
+            return HookSet()
+
+    def _children_ended(self) -> None:
+        """Wait for the traces of the children that trained, and name them in meta.json (the job's meta)."""
+        if self.info is not None or "job" not in self.meta:
+            return
+        kids = wait_for_children(self.run_dir, self.pid)
+        if kids:
+            groups = {k["world_size"] for k in kids if isinstance(k.get("world_size"), int)}
+            self.meta.update(children=len(kids), world_size=max(groups) if groups else len(kids))
 
     def _verdict(self, code: int) -> int:
         return verdict(self.run_dir, self.settings, code)

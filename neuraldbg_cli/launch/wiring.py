@@ -24,16 +24,12 @@ from neuraldbg_cli.trace.writer import RunWriter, StatsThinner
 class StageWiring:
     """probe -> monitor -> trace writer (+ live console); `probe` is set once it is built (Session.run)."""
 
-    def __init__(self, settings: Settings, run_dir: Path, info: RankInfo | None) -> None:
-        self.settings, self.run_dir, self.info = settings, run_dir, info
-        self.rank = self.info.rank if self.info is not None else None
+    def __init__(self, settings: Settings, run_dir: Path, info: RankInfo | None, bind: bool = True) -> None:
+        self.settings, self.run_dir = settings, run_dir
         self.t0 = time.perf_counter()
-        try:
-            self.writer = RunWriter(self.run_dir, self.rank)
-        except FileExistsError:
-            raise NeuraldbgError(f"neuraldbg: {self.run_dir} already holds rank {self.rank} of this job") from None
-        self.thinner = StatsThinner(t0=self.t0 if self.info is not None else None)
-        self.console = Console(settings.quiet, self.info, self.run_dir)
+        self.info, self.rank = info, info.rank if info is not None else None
+        if bind:
+            self._bind(info)
         self.monitor = Monitor(settings.thresholds, self._on_event)
         self.meta: dict[str, Any] = {}
         self.warnings: list[str] = []
@@ -43,6 +39,18 @@ class StageWiring:
         self.model_doc: dict[str, Any] = {}
         self.stopped: dict[str, Any] | None = None  # --stop-on: where and why the run was ended
         self._judged = -1
+
+    def _bind(self, info: RankInfo | None) -> None:
+        """The files this process writes, and its place in a job: at start, or (a child process of the script,
+        children.py) once it trains and knows its rank."""
+        self.info = info
+        self.rank = info.rank if info is not None else None
+        try:
+            self.writer = RunWriter(self.run_dir, self.rank)
+        except FileExistsError:
+            raise NeuraldbgError(f"neuraldbg: {self.run_dir} already holds rank {self.rank} of this job") from None
+        self.thinner = StatsThinner(t0=self.t0 if info is not None else None)
+        self.console = Console(self.settings.quiet, info, self.run_dir)
 
     def _on_event(self, ev: SemanticEvent) -> None:
         if self.settings.stop_on:

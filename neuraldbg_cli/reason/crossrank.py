@@ -6,7 +6,9 @@ disagree on how far they trained, or one stopped while the others went on)."""
 
 from __future__ import annotations
 
+import bisect
 import statistics
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from neuraldbg_cli.config import Thresholds
@@ -23,22 +25,36 @@ SHARDING = {"FullyShardedDataParallel", "fully_shard"}  # each rank holds anothe
 _FLOW = {"input": 0, "target": 0, "output": 1, "activation": 1, "loss": 2, "gradient": 3, "weights": 4}
 
 
-def merge(found: list[tuple[int, list[Hypothesis]]], presence: float) -> list[Hypothesis]:
+def merge(
+    found: list[tuple[int, list[Hypothesis]]],
+    presence: float,
+    clocks: dict[int, Callable[[int], float]] | None = None,
+    unit: str = "rank",
+) -> list[Hypothesis]:
     """Each kind once: the instance that began first (earliest step, then upstream in the step, then lowest
-    rank) stands for all, with the highest confidence any rank gave it and the ranks where it is present."""
+    rank) stands for all, with the highest confidence any rank gave it and the ranks where it is present.
+    Processes that do not train in lockstep (Hogwild children of one script) count their own steps: there
+    `clocks` tells when each rank's step happened, and the first is the earliest in time."""
     by_kind: dict[Kind, list[tuple[int, int, Hypothesis]]] = {}
     for rank, hyps in found:
         for pos, h in enumerate(hyps):
             by_kind.setdefault(h.kind, []).append((rank, pos, h))
+
+    def began(x: tuple[int, int, Hypothesis]) -> tuple[float, int, int]:
+        rank, _, h = x
+        at = clocks[rank](_step(h)) if clocks is not None else _step(h)
+        return at, _flow(h), rank
+
     merged: list[tuple[int, float, Hypothesis]] = []
     for items in by_kind.values():
-        rank, _, first = min(items, key=lambda x: (_step(x[2]), _flow(x[2]), x[0]))
+        rank, _, first = min(items, key=began)
         h = first.model_copy(deep=True)
         h.confidence = max(x[2].confidence for x in items)
         h.ranks = sorted({r for r, _, x in items if x.confidence >= presence} or {r for r, _, _ in items})
         h.origin.rank = rank
         if len(h.ranks) < len(found):
-            h.summary += f" Seen on rank{'s' if len(h.ranks) > 1 else ''} {_list(h.ranks)} only."
+            many = unit + ("es" if unit.endswith("s") else "s")
+            h.summary += f" Seen on {many if len(h.ranks) > 1 else unit} {_list(h.ranks)} only."
         merged.append((min(pos for _, pos, _ in items), -h.confidence, h))
     merged.sort(key=lambda x: (x[0], x[1]))
     return [h for _, _, h in merged]
@@ -67,6 +83,24 @@ def _flow(h: Hypothesis) -> int:
         "",
     )
     return _FLOW.get(site, 2)
+
+
+def clocks(runs: list[RunData]) -> dict[int, Callable[[int], float]] | None:
+    """When each rank's steps happened, on the clock its meta.json's `clock0` and its stats rows' `t` share
+    (one per host): a step is placed at the first row at or after it. None unless every rank has both."""
+    out: dict[int, Callable[[int], float]] = {}
+    for run in runs:
+        zero = run.meta.get("clock0")
+        rows = sorted((r["step"], r["t"]) for r in run.stats if isinstance(r.get("t"), (int, float)))
+        if not isinstance(zero, (int, float)) or not rows or run.meta.get("host") != runs[0].meta.get("host"):
+            return None
+        steps = [s for s, _ in rows]
+
+        def at(step: int, zero: float = zero, rows: list[tuple[int, float]] = rows, steps: list[int] = steps) -> float:
+            return zero + rows[min(bisect.bisect_left(steps, step), len(rows) - 1)][1]
+
+        out[run.rank or 0] = at
+    return out
 
 
 def _list(ranks: list[int]) -> str:
@@ -98,7 +132,7 @@ def _replication(runs: list[RunData], th: Thresholds) -> str | None:
     return "every rank's gradients are the same while their losses differ (data parallel)" if agree else None
 
 
-def _lockstep(runs: list[RunData], th: Thresholds) -> bool:
+def lockstep(runs: list[RunData], th: Thresholds) -> bool:
     """Whether the ranks train in lockstep: DDP or FSDP, or gradients averaged by hand."""
     wrappers = {w for run in runs for m in run.models.get("models", []) for w in m.get("wrappers", [])}
     return bool(wrappers & (REPLICATING | SHARDING)) or _replication(runs, th) is not None
@@ -208,7 +242,7 @@ def desync(runs: list[RunData], th: Thresholds) -> Hypothesis | None:
     (no end recorded: killed or hung) while the others went on. Ranks that all failed or were stopped by
     torchrun after one rank's own error are not: that error is the cause, not a disagreement. Ranks that
     never synchronise (independent runs launched together) are never compared."""
-    if len(runs) < 2 or not _lockstep(runs, th):
+    if len(runs) < 2 or not lockstep(runs, th):
         return None
     info = [(run.rank or 0, _steps(run), run.meta.get("exit_status"), _step_time(run)) for run in runs]
     most = max(n for _, n, _, _ in info)

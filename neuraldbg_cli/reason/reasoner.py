@@ -383,9 +383,15 @@ def explain_job(job: JobData, min_confidence: float = 0.5) -> Report:
     reports = [(run.rank or 0, explain(run, min_confidence)) for run in job.runs]
     th = build_context(job.runs[0]).thresholds
     extra = [h for h in (crossrank.divergence(job.runs, th), crossrank.desync(job.runs, th)) if h is not None]
-    hyps = crossrank.place(
-        crossrank.merge([(r, rep.hypotheses) for r, rep in reports], min_confidence), extra, min_confidence
+    lockstep = crossrank.lockstep(job.runs, th)
+    children = all(isinstance(run.meta.get("child"), dict) for run in job.runs)
+    merged = crossrank.merge(
+        [(r, rep.hypotheses) for r, rep in reports],
+        min_confidence,
+        clocks=None if lockstep else crossrank.clocks(job.runs),
+        unit="process" if children and not lockstep else "rank",
     )
+    hyps = crossrank.place(merged, extra, min_confidence)
     lead = reports[0][1]
     warnings = list(job.warnings) + list(
         dict.fromkeys(w if w.startswith("rank ") else f"rank {r}: {w}" for r, rep in reports for w in rep.warnings)
@@ -407,10 +413,13 @@ def explain_job(job: JobData, min_confidence: float = 0.5) -> Report:
         k: meta.get(k) for k in ("script", "exit_status", "status", "start", "end") if k in meta
     }
     run_info.update(world_size=meta.get("world_size", len(job.runs)), ranks=ranks)
+    steps = [rep.steps_observed for _, rep in reports]
+    if children and not lockstep:  # each process stepped its own optimizers: a shared model took them all
+        run_info["processes"] = len(reports)
     return Report(
         run_dir=", ".join(map(str, job.dirs)),
         status=status,
-        steps_observed=max(rep.steps_observed for _, rep in reports),
+        steps_observed=sum(steps) if "processes" in run_info else max(steps),
         models=lead.models,
         hypotheses=hyps,
         warnings=warnings,
@@ -430,9 +439,11 @@ def failing_kinds(report: Report, fail_on: list[str], min_confidence: float) -> 
 
 def verdict_lines(report: Report, min_confidence: float, limit: int = 3) -> list[str]:
     shown = [h for h in report.hypotheses if h.confidence >= min_confidence][:limit]
+    processes = report.run.get("processes") if report.run else None
+    where = f" in {processes} processes" if processes else ""
+    lines = [f"neuraldbg: {report.status.replace('_', ' ')} ({report.steps_observed} steps observed{where})"]
     if not shown:
-        return [f"neuraldbg: {report.status.replace('_', ' ')} ({report.steps_observed} steps observed)"]
-    lines = [f"neuraldbg: {report.status.replace('_', ' ')} ({report.steps_observed} steps observed)"]
+        return lines
     for h in shown:
         where = f" at {h.origin.module}" if h.origin.module else ""
         lines.append(f"  {h.rank}. {h.kind.value} ({h.confidence:.2f}){where}, step {h.origin.step}: {h.summary}")

@@ -9,7 +9,7 @@ from neuraldbg_cli.trace.events import Kind, Report
 def render(report: Report, checked: list[Kind], min_confidence: float) -> str:
     lines = [
         f"neuraldbg explain {report.run_dir}",
-        f"status: {report.status}   steps observed: {report.steps_observed}",
+        f"status: {report.status}   steps observed: {report.steps_observed}{_per_process(report)}",
     ]
     for m in report.models:
         lines.append(f"model: {m.name} ({m.modules} modules, {m.parameters:,} trainable parameters)")
@@ -24,8 +24,11 @@ def render(report: Report, checked: list[Kind], min_confidence: float) -> str:
         lines.append("")
         where = f" in {h.origin.module}" if h.origin.module else ""
         if h.ranks is not None:
-            where += f" on rank {h.origin.rank}" + (
-                f" (ranks {', '.join(map(str, h.ranks))})" if len(h.ranks) > 1 else ""
+            unit = "process" if report.run.get("processes") else "rank"
+            where += f" on {unit} {h.origin.rank}" + (
+                f" ({unit}{'es' if unit == 'process' else 's'} {', '.join(map(str, h.ranks))})"
+                if len(h.ranks) > 1
+                else ""
             )
         lines.append(f"#{h.rank} {h.kind.value}  confidence {h.confidence:.2f}{where}, from step {h.origin.step}")
         lines.append(f"   {h.summary}")
@@ -50,3 +53,12 @@ def render(report: Report, checked: list[Kind], min_confidence: float) -> str:
         lines.append("")
         lines.append("weaker signals: " + ", ".join(f"{h.kind.value} ({h.confidence:.2f})" for h in weak))
     return "\n".join(lines)
+
+
+def _per_process(report: Report) -> str:
+    """Child processes that each stepped their own optimizers: how many steps each took."""
+    if not report.run.get("processes"):
+        return ""
+    ranks = report.run.get("ranks") or {}
+    each = ", ".join(f"{r}: {v.get('steps_observed', '?')}" for r, v in sorted(ranks.items(), key=lambda x: int(x[0])))
+    return f" in {report.run['processes']} processes ({each})"

@@ -205,6 +205,8 @@ def _read_one(resolved: Path, run_dir: Path, rank: int | None) -> RunData:
             f"{who.replace('the script', 'the run')} was stopped by --stop-on after step "
             f"{meta.get('stopped_at')}; this explains what was observed up to then"
         )
+    elif meta.get("status") == "terminated" and isinstance(meta.get("child"), dict):
+        pass  # a child process its parent ended (a Pool's workers, once their tasks are done): its normal end
     elif isinstance(code, int) and code != 0:
         how = {130: "was interrupted (Ctrl-C)", 143: "was terminated (SIGTERM)"}.get(code, "failed")
         warnings.append(f"{who} {how}, exit status {code}; this explains what was observed up to then")
