@@ -24,7 +24,8 @@ class RankInfo:
     rank: int
     world_size: int
     local_rank: int
-    job: str  # identical on every rank and node of one job, different for the next job
+    job: str  # identical on every rank and node of one job (and its restarts), different for the next job
+    attempt: int = 0  # torchrun's restart count: a restarted rank appends to its trace (--max-restarts)
 
     @property
     def prefix(self) -> str:
@@ -40,12 +41,9 @@ def rank_info(env: Mapping[str, str] | None = None) -> RankInfo | None:
         return None
     if world <= 1 or not 0 <= rank < world:
         return None
-    # torchrun's rendezvous hands every node the same run id, master address and port; the restart count
-    # tells a restarted attempt (a fresh set of traces) from the first
-    parts = [
-        env.get(k, "")
-        for k in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "WORLD_SIZE")
-    ]
+    # torchrun's rendezvous hands every node the same run id, master address and port (a restart keeps
+    # them: its ranks continue the job's traces)
+    parts = [env.get(k, "") for k in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")]
     if not any(parts[:3]):  # not torchrun (a hand-set RANK): the launcher process stands for the job
         parts.append(str(os.getppid()))
     job = hashlib.sha1("\0".join(parts).encode()).hexdigest()[:12]
@@ -53,7 +51,11 @@ def rank_info(env: Mapping[str, str] | None = None) -> RankInfo | None:
         local = int(env.get("LOCAL_RANK", rank))
     except ValueError:
         local = rank
-    return RankInfo(rank=rank, world_size=world, local_rank=local, job=job)
+    try:
+        attempt = max(0, int(env.get("TORCHELASTIC_RESTART_COUNT", "0")))
+    except ValueError:
+        attempt = 0
+    return RankInfo(rank=rank, world_size=world, local_rank=local, job=job, attempt=attempt)
 
 
 def job_start() -> dt.datetime:

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from neuraldbg_cli import __version__
 from neuraldbg_cli.config import Settings
 from neuraldbg_cli.errors import ExitCode, NeuraldbgError
@@ -22,8 +24,9 @@ from neuraldbg_cli.launch.distributed import JOB_FILE, LAUNCHED, RankInfo, job_s
 from neuraldbg_cli.launch.scriptexec import execute, install_sigterm, resolve_target, restore_sigterm
 from neuraldbg_cli.launch.wiring import StageWiring
 from neuraldbg_cli.probe.hookset import HookSet
-from neuraldbg_cli.trace.events import META_SCHEMA
-from neuraldbg_cli.trace.writer import EVENTS, META, point_latest, rank_file
+from neuraldbg_cli.trace.events import EVENT_SCHEMA, META_SCHEMA
+from neuraldbg_cli.trace.job import last_row_step
+from neuraldbg_cli.trace.writer import EVENTS, META, STATS, point_latest, rank_file
 
 
 def _now() -> str:
@@ -57,7 +60,7 @@ def prepare_run_dir(settings: Settings, stem: str, info: RankInfo | None = None)
     try:
         if info is not None:
             run_dir = shared_run_dir(run_dir, info, explicit)
-            if (run_dir / rank_file(EVENTS, info.rank)).exists():
+            if (run_dir / rank_file(EVENTS, info.rank)).exists() and not info.attempt:
                 raise NeuraldbgError(f"neuraldbg: {run_dir} already holds rank {info.rank} of this job")
         run_dir.mkdir(parents=True, exist_ok=True)
         probe_file = run_dir / f".write-test.{os.getpid()}"
@@ -149,6 +152,7 @@ class Session(StageWiring):
                 job=self.info.job,
                 clock0=self.t0,  # the stats rows' times count from here (one clock per host)
             )
+        resumed = self._restarted() if self.info is not None and self.info.attempt else None
         self.write_meta()
         if trial is not None:  # before the probe: a fix's step pre-hook (clipping) runs before the probe reads
             trial.install()
@@ -182,12 +186,14 @@ class Session(StageWiring):
             code, status = 0, "stopped"
             self.meta.update(stopped_at=self.probe.step - 1, step_limit=self.probe.pacer.max_steps)
         self._children_ended()
+        if resumed is not None:
+            resumed.remove()
         self.write_meta(
             end=_now(),
             wall_s=round(time.perf_counter() - t0, 3),
             exit_status=code,
             status=status,
-            steps_observed=self.monitor.steps_seen,
+            steps_observed=self.offset + self.monitor.steps_seen,
             faults=self.probe.faults + self.warnings,
         )
         self.writer.close()
@@ -198,6 +204,52 @@ class Session(StageWiring):
         if self.info is not None:
             wait_for_ranks(self.run_dir, self.info.world_size)
         return self._verdict(code)
+
+    def _restarted(self) -> HookSet:
+        """A rank torchrun restarted (--max-restarts): it continues its trace, steps numbered on from the
+        attempts before, after a restart event; meta.json keeps each attempt, and whether this one resumed
+        from a checkpoint (an optimizer's state loaded)."""
+        import torch
+
+        assert self.info is not None
+        try:
+            before = orjson.loads((self.run_dir / rank_file(META, self.info.rank)).read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            before = {}
+        before = before if isinstance(before, dict) else {}
+        steps = before.get("steps_observed")
+        if not isinstance(steps, int):
+            steps = (last_row_step(self.run_dir / rank_file(STATS, self.info.rank)) or -1) + 1
+        self.offset = steps
+        done = {k: before.get(k) for k in ("attempt", "start", "end", "status", "exit_status") if k in before}
+        self.meta.update(attempt=self.info.attempt, attempts=[*before.get("attempts", []), {**done, "steps": steps}])
+        self.meta["resumed"] = False
+        self._on_event_json(
+            {
+                "type": "restart",
+                "step": steps,
+                "module": None,
+                "from": str(before.get("status", "running")),
+                "to": "restarted",
+                "metrics": {"attempt": float(self.info.attempt), "steps_before": float(steps)},
+                "site": "run",
+            }
+        )
+        hooks = HookSet()
+        original = torch.optim.Optimizer.__dict__["load_state_dict"]
+
+        def load_state_dict(opt: Any, *args: Any, **kwargs: Any) -> Any:
+            self.meta["resumed"] = True
+            return original(opt, *args, **kwargs)
+
+        hooks.patch(torch.optim.Optimizer, "load_state_dict", load_state_dict)
+        return hooks
+
+    def _on_event_json(self, doc: dict[str, Any]) -> None:
+        try:
+            self.writer.event(dict(schema=EVENT_SCHEMA, **doc))
+        except Exception as e:  # noqa: BLE001
+            self._warn_once("events.jsonl", e)
 
     def _arm_children(self) -> HookSet:
         """Child processes of the script that train are observed into this run (children.py); not for a rank

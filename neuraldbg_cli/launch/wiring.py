@@ -6,6 +6,7 @@ the script executed, the verdict and exit status."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -28,6 +29,7 @@ class StageWiring:
         self.settings, self.run_dir = settings, run_dir
         self.t0 = time.perf_counter()
         self.info, self.rank = info, info.rank if info is not None else None
+        self.offset = 0  # a restarted rank numbers its steps on from the attempts before it
         if bind:
             self._bind(info)
         self.monitor = Monitor(settings.thresholds, self._on_event)
@@ -46,7 +48,7 @@ class StageWiring:
         self.info = info
         self.rank = info.rank if info is not None else None
         try:
-            self.writer = RunWriter(self.run_dir, self.rank)
+            self.writer = RunWriter(self.run_dir, self.rank, append=info is not None and info.attempt > 0)
         except FileExistsError:
             raise NeuraldbgError(f"neuraldbg: {self.run_dir} already holds rank {self.rank} of this job") from None
         self.thinner = StatsThinner(t0=self.t0 if info is not None else None)
@@ -63,6 +65,8 @@ class StageWiring:
         self.console.event(ev)
 
     def _on_steps(self, records: list[StepRecord]) -> None:
+        if self.offset:
+            records = [dataclasses.replace(r, step=r.step + self.offset) for r in records]
         if "monitor" not in self.off:
             try:
                 for rec in records:

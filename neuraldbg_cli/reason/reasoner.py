@@ -393,7 +393,16 @@ def explain_job(job: JobData, min_confidence: float = 0.5) -> Report:
     )
     hyps = crossrank.place(merged, extra, min_confidence)
     lead = reports[0][1]
-    warnings = list(job.warnings) + list(
+    world = max((r.meta.get("world_size") or 0 for r in job.runs if not children), default=0)
+    missing = sorted(set(range(world)) - {r.rank for r in job.runs})
+    notes = list(job.warnings)
+    if missing:  # a node's own run directory: the other nodes wrote theirs
+        notes.append(
+            f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of this {world}-rank job "
+            f"{'are' if len(missing) > 1 else 'is'} not in this run directory (another node's?): pass every node's "
+            "run directory to `neuraldbg explain` to compare the ranks"
+        )
+    warnings = notes + list(
         dict.fromkeys(w if w.startswith("rank ") else f"rank {r}: {w}" for r, rep in reports for w in rep.warnings)
     )
     if any(h.confidence >= min_confidence for h in hyps):

@@ -150,6 +150,7 @@ class EventType(str, Enum):
     residual_health = "residual_health"
     attention_health = "attention_health"
     loop_health = "loop_health"
+    restart = "restart"  # torchrun restarted this rank (--max-restarts): its trace goes on after the failure
 
 
 # Every value neuraldbg writes in the `site` field and in run_summary's `from`/`to` (others are read too)

@@ -156,6 +156,12 @@ def read_job(run_dirs: list[Path], stats_limit: int = 20_000) -> JobData:
     jobs = {r.meta.get("job") for r in runs} - {None}
     if len(jobs) > 1:
         raise NeuraldbgError("neuraldbg: these run directories hold ranks of different jobs; explain one job at a time")
+    sizes: set[int] = {r.meta["world_size"] for r in runs if isinstance(r.meta.get("world_size"), int)}
+    if len(sizes) > 1:
+        raise NeuraldbgError(
+            f"neuraldbg: these run directories hold ranks of jobs of different sizes ({', '.join(map(str, sorted(sizes)))} "
+            "ranks); explain one job at a time"
+        )
     return JobData(dirs=[Path(d) for d in run_dirs], runs=runs, meta=meta, warnings=warnings)
 
 
@@ -211,9 +217,10 @@ def _read_one(resolved: Path, run_dir: Path, rank: int | None) -> RunData:
         how = {130: "was interrupted (Ctrl-C)", 143: "was terminated (SIGTERM)"}.get(code, "failed")
         warnings.append(f"{who} {how}, exit status {code}; this explains what was observed up to then")
     elif meta and "exit_status" not in meta and "steps_observed" not in meta:
-        last = _last_row_step(resolved / rank_file(STATS, rank))  # killed: how far it got is in the last row
+        last = last_row_step(resolved / rank_file(STATS, rank))  # killed: how far it got is in the last row
         if last is not None:
             meta["steps_observed"] = last + 1
+    warnings += _restarts(meta, who)
     verified: dict[str, Any] = {}
     if rank is None and _is_file(resolved / VERIFY):
         try:
@@ -221,6 +228,23 @@ def _read_one(resolved: Path, run_dir: Path, rank: int | None) -> RunData:
         except NeuraldbgError as e:
             warnings.append(str(e).removeprefix("neuraldbg: "))
     return RunData(dir=run_dir, meta=meta, events=events, models=models, warnings=warnings, rank=rank, verify=verified)
+
+
+def _restarts(meta: dict[str, Any], who: str) -> list[str]:
+    """What a torchrun restart (--max-restarts) did to this trace: said once per restart."""
+    attempts = meta.get("attempts")
+    if not isinstance(attempts, list) or not attempts:
+        return []
+    last = attempts[-1] if isinstance(attempts[-1], dict) else {}
+    how = (
+        "it resumed from a checkpoint (its optimizer state was loaded)"
+        if meta.get("resumed")
+        else "it trained again from the start (no optimizer state was loaded); steps count on across attempts"
+    )
+    return [
+        f"{who} was restarted by torchrun after {last.get('steps', '?')} steps "
+        f"({len(attempts)} restart{'s' if len(attempts) > 1 else ''}): {how}"
+    ]
 
 
 # What the reasoner reads from meta.json and model.json, with the JSON type each must have: a field of
@@ -291,7 +315,7 @@ def _clean_models(doc: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
     return out
 
 
-def _last_row_step(path: Path) -> int | None:
+def last_row_step(path: Path) -> int | None:
     """`step` of the last complete row of a JSONL file, read from its tail only (bounded memory)."""
     try:
         if not _is_file(path):

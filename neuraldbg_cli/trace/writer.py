@@ -34,12 +34,12 @@ class RunWriter:
     """Owns the files of one run (of one rank, in a distributed run: its own files, created exclusively, so
     two processes never write one file). Writes only from the process that created it (not forked children)."""
 
-    def __init__(self, run_dir: Path, rank: int | None = None) -> None:
+    def __init__(self, run_dir: Path, rank: int | None = None, append: bool = False) -> None:
         self.dir = run_dir
         self.rank = rank
         self.pid = os.getpid()
         run_dir.mkdir(parents=True, exist_ok=True)
-        mode = "ab" if rank is None else "xb"
+        mode = "ab" if rank is None or append else "xb"  # (append: a rank torchrun restarted continues its trace)
         self._events = open(run_dir / rank_file(EVENTS, rank), mode, buffering=0)
         self._stats = open(run_dir / rank_file(STATS, rank), mode, buffering=0)
         self.n_events = 0
