@@ -213,7 +213,8 @@ def test_rank_info_from_torchrun_environment():
     assert (info.rank, info.world_size, info.local_rank) == (1, 2, 1)
     assert distributed.rank_info({**env, "RANK": "0", "LOCAL_RANK": "0"}).job == info.job  # same job, every rank
     assert distributed.rank_info({**env, "MASTER_PORT": "29501"}).job != info.job  # the next job
-    assert distributed.rank_info({**env, "TORCHELASTIC_RESTART_COUNT": "1"}).job != info.job  # a restart
+    restarted = distributed.rank_info({**env, "TORCHELASTIC_RESTART_COUNT": "1"})
+    assert restarted.job == info.job and (info.attempt, restarted.attempt) == (0, 1)  # a restart continues the job
     assert distributed.rank_info({**env, "WORLD_SIZE": "1", "RANK": "0"}) is None  # one rank: a plain run
     assert distributed.rank_info({}) is None and distributed.rank_info({"RANK": "x", "WORLD_SIZE": "2"}) is None
 
