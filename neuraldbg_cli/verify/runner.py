@@ -235,6 +235,7 @@ def control_bug(out: Outcome) -> str:
 def progress_line(out: Outcome) -> str:
     seed = "" if out.seed is None else f" (seed {out.seed})"
     how = f", isolation: {out.isolation}" if out.isolation else ""
+    how += f" (no overlay: {out.overlay_failed})" if out.overlay_failed else ""
     if out.state != "ok":
         return f"{out.name}{seed}: {out.state}: {out.error} ({out.wall_s:.1f} s{how})"
     kinds = ", ".join(out.kinds) or "no problem"

@@ -58,6 +58,7 @@ class Outcome:
     late: float = math.nan  # the mean of the latest losses (LATE of them): the level the verdict compares
     fix: dict[str, Any] = field(default_factory=dict)  # trial.json's "fix": applied, skipped
     isolation: str = ""  # overlay | guard: how the user's files were kept from the trial (trial.json)
+    overlay_failed: str = ""  # why this trial fell back to the guard when an overlay was wanted
     error: str = ""
     wall_s: float = 0.0
 
@@ -74,6 +75,8 @@ class Outcome:
             "wall_s": round(self.wall_s, 2),
             "isolation": self.isolation or None,
         }
+        if self.overlay_failed:
+            out["overlay_failed"] = self.overlay_failed
         if self.causes:
             out["causes"] = self.causes
         if self.error:
@@ -196,6 +199,7 @@ def read_outcome(out: Outcome, min_confidence: float) -> Outcome:
     trial = _trial_doc(out.dir)
     out.fix = trial.get("fix") or {}
     out.isolation = str(trial.get("isolation") or "")
+    out.overlay_failed = str(trial.get("overlay_failed") or "")
     if out.state == "ok" and run.meta.get("status") not in ("finished", "stopped"):
         out.state, out.error = "crashed", f"exit status {run.meta.get('exit_status')}: {_last_error(out.dir)}"
     return out

@@ -2,6 +2,7 @@
 each one into a staging folder (tmp-checkpoint-N: weights, optimizer, trainer_state.json) renamed to checkpoint-N,
 the oldest beyond the limit removed with shutil.rmtree after globbing the folder, the best copied with
 shutil.copytree. It checks, as it goes, that the folder looks as a real file system would show it."""
+
 import glob
 import json
 import os
@@ -54,6 +55,7 @@ def save(step, metric):
         shutil.rmtree(old)
     now = checkpoints()
     assert now == before[-a.limit :], (before, now)
+
 
 loss_fn = nn.MSELoss()
 for step in range(1, a.steps + 1):

@@ -2,7 +2,9 @@
 file, os.replace onto last.pth.tar (unlinked first), checkpoint-N hard-linked to it (copied with shutil.copy2 when
 links fail or with --link 0), model_best the same way, only the best `--keep` checkpoints kept (the others
 os.unlink'ed), a summary appended to a CSV. It checks, as it goes, that the folder looks as a real file system
-would show it: a view that disagrees about which file is which stops it."""
+would show it: a view that disagrees about which file is which stops it. SAVER_FULL=1 makes its first save fail as
+on a full disk (a re-run that fails where the original did not)."""
+
 import os
 import shutil
 
@@ -41,6 +43,8 @@ class Saver:
         shutil.copy2(src, dst)
 
     def save(self, epoch, metric):
+        if os.environ.get("SAVER_FULL"):
+            raise OSError(28, "No space left on device", self.folder)
         tmp, last = self.path("tmp.pth.tar"), self.path("last.pth.tar")
         torch.save({"epoch": epoch, "state_dict": model.state_dict(), "metric": metric}, tmp)
         if os.path.exists(last):
