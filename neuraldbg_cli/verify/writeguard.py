@@ -74,12 +74,17 @@ class WriteGuard:
         return os.path.join(self.root, p.lstrip(os.sep))
 
     def hidden(self, p: str) -> bool:
-        """The user's file at `p` is absent from the script's view: it, or a folder above it, was deleted."""
-        if not self.gone or p in self.moved:
+        """The user's file at `p` is absent from the script's view: it, or a folder above it, was deleted (and
+        the script did not write it again)."""
+        return p not in self.moved and self._dropped(p)
+
+    def _dropped(self, p: str) -> bool:
+        """`p` or a folder above it was deleted by the script (a folder made again shows only what it made)."""
+        if not self.gone:
             return False
         while p not in self.gone:
             parent = os.path.dirname(p)
-            if parent == p or parent in self.moved:
+            if parent == p:
                 return False
             p = parent
         return True
@@ -312,7 +317,7 @@ class WriteGuard:
             up = self.upper(p)
             if not os.path.isdir(up) and not any(g.startswith(p + os.sep) for g in self.gone):
                 return original(self.path(path, False), *args, **kwargs)
-            real = [] if self.hidden(p) or not _dir_on_disk(p) else _entries(original, path, names)
+            real = [] if self._dropped(p) or not _dir_on_disk(p) else _entries(original, path, names)
             ups = _entries(original, up, names) if os.path.isdir(up) else []
             if not real and not ups and not self._visible(p):
                 return original(up)  # raises as it would
