@@ -100,21 +100,17 @@ def scratch(root: str) -> str | None:
 
 
 def remove(folder: str) -> None:
-    """Delete a scratch folder: the kernel leaves overlay's work folder unreadable to its owner."""
-
-    def unlock(func: object, path: str, exc: object) -> None:
-        parent = os.path.dirname(path)
-        os.chmod(parent, os.stat(parent).st_mode | stat.S_IRWXU)
-        if os.path.isdir(path) and not os.path.islink(path):
-            os.chmod(path, stat.S_IRWXU)
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            os.unlink(path)
-
-    try:
-        shutil.rmtree(folder, onerror=unlock)
-    except OSError:
-        pass
+    """Delete a scratch folder: the kernel leaves overlay's work folder unreadable to its owner, so every folder is
+    opened up first (top-down: each before os.walk enters it)."""
+    for top, dirs, _ in os.walk(folder):
+        for d in dirs:
+            path = os.path.join(top, d)
+            if not os.path.islink(path):
+                try:
+                    os.chmod(path, stat.S_IRWXU)
+                except OSError:
+                    pass
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @functools.cache

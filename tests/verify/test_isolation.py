@@ -40,7 +40,10 @@ def test_checkpoint_saver_verifies_end_to_end_user_folder_byte_identical(tmp_pat
     before = {k: v for k, v in _state(proj).items() if not k.startswith("runs")}
     assert any("checkpoint-" in k for k in before), before  # the original run's checkpoints are there
 
-    r = run_cli("verify", run_dir, "--fix", "lr_scale", "--timeout", "120", NEURALDBG_ISOLATION=isolation, timeout=300)
+    scratch = tmp_path / "tmp"  # verify's temporary directory: the overlay's scratch folders go there
+    scratch.mkdir()
+    env = {"NEURALDBG_ISOLATION": isolation, "TMPDIR": str(scratch)}
+    r = run_cli("verify", run_dir, "--fix", "lr_scale", "--timeout", "120", timeout=300, **env)
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads((run_dir / "verify.json").read_text())
     control = doc["control"]["runs"][0]
@@ -51,6 +54,7 @@ def test_checkpoint_saver_verifies_end_to_end_user_folder_byte_identical(tmp_pat
     assert f"isolation: {isolation}" in r.stdout, r.stdout
     after = {k: v for k, v in _state(proj).items() if not k.startswith("runs")}
     assert after == before  # byte-identical, same times and modes, nothing added or removed
+    assert not list(scratch.glob("neuraldbg-*"))  # the scratch folders are gone (torch may leave its own)
 
 
 def test_a_control_that_crashes_where_the_run_did_not_is_reported_as_a_bug_of_verify(tmp_path):
