@@ -1,9 +1,12 @@
 """A verify trial's write guard: the re-run script must not change a file the user has. Every write the
 script makes through Python (open/io.open, os.open, pathlib, numpy, torch.save, logging...) to a path outside
 the trial's own folder is redirected into `<trial>/files/<absolute path>` (a file opened to append or update is
-copied there first), and later reads of that path follow it, so a script that writes a checkpoint and reads it
-back still works. Deleting, renaming or replacing a user's file leaves it in place (a rename copies it to the
-redirected destination). New files in the temporary directory are allowed (libraries' scratch files).
+copied there first), new folders too; reads, stat and listings follow it, so a script that writes a checkpoint and
+reads it back still works. Deleting, renaming or replacing a user's file leaves it in place but takes it out of
+the script's view (a rename copies it to the redirected destination), so the script sees what a real disk would
+show (a checkpoint saver's unlink-then-link, replace, rotation by glob). New files in the temporary directory are
+allowed (libraries' scratch files), except under the script's working directory. Under an overlay (overlay.py)
+the guard keeps only what lies outside the folder the overlay covers (`free`).
 
 Redirection patches functions where they are looked up; code that bound one before the guard existed (a
 library's `from os import replace`) would slip past it: backstop.py refuses such writes. Python 3.10's pathlib
@@ -27,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from neuraldbg_cli.probe.hookset import HookSet
-from neuraldbg_cli.verify import backstop
+from neuraldbg_cli.verify import backstop, listing
 
 _SYSTEM = ("/dev/", "/proc/")
 _LINK = getattr(os, "link", None)
@@ -305,7 +308,7 @@ class WriteGuard:
         """os.listdir / os.scandir (and so glob, os.walk, Path.iterdir): a user's folder lists what the script
         made there, less what it deleted."""
 
-        def listing(path: Any = ".", *args: Any, **kwargs: Any) -> Any:
+        def merged(path: Any = ".", *args: Any, **kwargs: Any) -> Any:
             if (
                 path is None
                 or isinstance(path, bytes)
@@ -317,16 +320,18 @@ class WriteGuard:
             up = self.upper(p)
             if not os.path.isdir(up) and not any(g.startswith(p + os.sep) for g in self.gone):
                 return original(self.path(path, False), *args, **kwargs)
-            real = [] if self._dropped(p) or not _dir_on_disk(p) else _entries(original, path, names)
-            ups = _entries(original, up, names) if os.path.isdir(up) else []
+            real = [] if self._dropped(p) or not _dir_on_disk(p) else listing.entries(original, path, names)
+            ups = listing.entries(original, up, names) if os.path.isdir(up) else []
             if not real and not ups and not self._visible(p):
                 return original(up)  # raises as it would
-            ours = {_name(e) for e in ups}
-            shown = [e for e in real if _name(e) not in ours and not self.hidden(os.path.join(p, _name(e)))]
+            ours = {listing.name(e) for e in ups}
+            shown = [
+                e for e in real if listing.name(e) not in ours and not self.hidden(os.path.join(p, listing.name(e)))
+            ]
             out = [*shown, *ups]
-            return out if names else _Entries(out)
+            return out if names else listing.Entries(out)
 
-        return listing
+        return merged
 
     def _rename(self, original: Callable[..., Any], src: Any, dst: Any) -> None:
         """Rename; under an overlay, a folder the kernel will not move (EXDEV: overlayfs in a user namespace cannot
@@ -397,36 +402,3 @@ class WriteGuard:
     def report(self) -> dict[str, Any]:
         doc = {"redirected": dict(list(self.moved.items())[:100]), "left_in_place": self.kept[:100]}
         return doc | ({"refused": self.refused[:100]} if self.refused else {})
-
-
-def _entries(original: Callable[..., Any], path: Any, names: bool) -> list[Any]:
-    if names:
-        return list(original(path))
-    with original(path) as it:
-        return list(it)
-
-
-def _name(entry: Any) -> str:
-    return entry if isinstance(entry, str) else str(entry.name)
-
-
-class _Entries:
-    """What os.scandir returns (an iterator, a context manager), over a merged listing."""
-
-    def __init__(self, entries: list[Any]) -> None:
-        self._it = iter(entries)
-
-    def __iter__(self) -> _Entries:
-        return self
-
-    def __next__(self) -> Any:
-        return next(self._it)
-
-    def __enter__(self) -> _Entries:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._it = iter(())
