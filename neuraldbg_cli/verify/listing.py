@@ -19,6 +19,19 @@ def name(entry: Any) -> str:
     return entry if isinstance(entry, str) else str(entry.name)
 
 
+class At:
+    """A redirected folder entry shown at the path the script listed (Python 3.13's Path.glob reads entry.path)."""
+
+    def __init__(self, entry: Any, path: str) -> None:
+        self._entry, self.path = entry, path
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._entry, attr)
+
+    def __fspath__(self) -> str:
+        return self.path
+
+
 class Entries:
     """What os.scandir returns (an iterator, a context manager), over a merged listing."""
 

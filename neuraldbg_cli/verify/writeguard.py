@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import builtins
 import errno
+import glob
 import io
 import os
 import pathlib
@@ -201,21 +202,25 @@ class WriteGuard:
             "listdir": self._list(os.listdir, names=True),
             "scandir": self._list(os.scandir, names=False),
         }
-        for name, fn in patched.items():
-            hooks.patch(os, name, fn)
         # os.path.exists/getsize/samefile, shutil.copystat: reads see the script's writes where they went
         for name in ("stat", "lstat", "listxattr", "getxattr"):
             if name in os.__dict__:
-                hooks.patch(os, name, self._follow(os.__dict__[name]))
+                patched[name] = self._follow(os.__dict__[name])
         for name in ("setxattr", "removexattr"):
             if name in os.__dict__:
-                hooks.patch(os, name, self._on_own(os.__dict__[name]))
+                patched[name] = self._on_own(os.__dict__[name])
+        for name, fn in patched.items():
+            hooks.patch(os, name, fn)
         hooks.patch(shutil, "rmtree", rmtree_)
         accessor = getattr(pathlib, "_NormalAccessor", None)  # Python 3.10: functions bound at import
         if accessor is not None:
             for name, fn in (("open", open_), *patched.items()):
                 if name in accessor.__dict__ and not callable(getattr(accessor.__dict__[name], "__get__", None)):
                     hooks.patch(accessor, name, staticmethod(fn))
+        globber = getattr(glob, "_StringGlobber", None)  # Python 3.13: Path.glob's functions bound at import
+        for name in ("lstat", "scandir"):
+            if globber is not None and name in globber.__dict__:
+                hooks.patch(globber, name, staticmethod(getattr(os, name)))
         self._torch(hooks)
         backstop.install(self.refuses, self.refused, hooks)
 
@@ -322,6 +327,8 @@ class WriteGuard:
                 return original(self.path(path, False), *args, **kwargs)
             real = [] if self._dropped(p) or not _dir_on_disk(p) else listing.entries(original, path, names)
             ups = listing.entries(original, up, names) if os.path.isdir(up) else []
+            if not names:
+                ups = [listing.At(e, os.path.join(os.fsdecode(path), e.name)) for e in ups]
             if not real and not ups and not self._visible(p):
                 return original(up)  # raises as it would
             ours = {listing.name(e) for e in ups}

@@ -71,6 +71,10 @@ WAYS = {
         "out = str(mine(os.path.basename(p) for p in glob.glob(f + '*'))) + read(f + '.final/a')"
     ),
     "rmtree_recreate": "shutil.rmtree(f + '.d')\nos.makedirs(f + '.d')\nout = str(os.listdir(f + '.d'))",
+    # pathlib reads through functions bound at import on 3.10 (its accessor) and 3.13 (Path.glob's globber)
+    "path_glob": "open(f + '.new', 'w').write('1')\nos.unlink(f)\nout = str(mine(p.name for p in Path(proj).glob('*')))",
+    "path_exists": "os.unlink(f)\nout = str(Path(f).exists())",
+    "path_iterdir": "os.makedirs(f + '.d')\nout = str(mine(p.name for p in Path(proj).iterdir()))",
 }
 # what the script reads back after a redirected write (None: nothing to read, or refused)
 READ_BACK = {"open_w": "new", "open_a": "mine+more", "io_open": "new", "os_open": "new", "os_rename": "mine",
@@ -81,7 +85,9 @@ READ_BACK = {"open_w": "new", "open_a": "mine+more", "io_open": "new", "os_open"
              "link_onto_existing": "mine", "copy2_then_unlink": "mineFalse",
              "mkdir_listdir": "['mkdir_listdir.txt', 'mkdir_listdir.txt.d']",
              "unlink_scandir": "['unlink_scandir.txt.new']",
-             "rename_dir_glob": "['rename_dir_glob.txt', 'rename_dir_glob.txt.final']1", "rmtree_recreate": "[]"}
+             "rename_dir_glob": "['rename_dir_glob.txt', 'rename_dir_glob.txt.final']1", "rmtree_recreate": "[]",
+             "path_glob": "['path_glob.txt.new']", "path_exists": "False",
+             "path_iterdir": "['path_iterdir.txt', 'path_iterdir.txt.d']"}
 REFUSED = {"io_fileio", "bound_before_guard"}  # reached the OS past every redirect: refused, the file unchanged
 
 CHILD = """
