@@ -1,20 +1,22 @@
-"""Measure `neuraldbg verify` over the broken scenarios of a suite: how many top suggestions are verified, how
-many fixes are refuted (not verified: the advice rules to correct), and what verify costs against the run.
+"""Measure `neuraldbg verify` over the broken scenarios of the suites: how often a fix for the top hypothesis is
+verified, how many fixes are partial, worse, not verified or inconclusive, how many trials crash (the control
+apart: a control that crashes where the run did not is a bug of verify), and what a trial costs.
 
-    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_verify.py                       # scripts/scenarios, broken ones
-    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_verify.py -k exploding -k diverge
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_verify.py                  # every suite's broken scenarios
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_verify.py -k exploding -k diverge --limit 3
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_verify.py --cases exploding_large_init_mlp.py,ctc_no_log_softmax
     OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_verify.py --dir scripts/scenarios_real --json /tmp/v.json
 
-Each scenario: `neuraldbg run` once (timed), then `neuraldbg verify` on its run directory (timed, default steps and
-one seed: the script's own seeding). Prints one row per scenario (top kind, its fixes' verdicts, time ratio) and a
-summary line: `verify: top fix verified a/b | fixes verified v, not verified n, inconclusive i | time x.x× the run`.
-Nothing is written outside a temporary directory."""
+Each scenario: `neuraldbg run` once (timed), then `neuraldbg verify` on its run directory (default steps, one seed:
+the script's own seeding). Prints one row per scenario (top kind, its fixes' verdicts, seconds per trial, the
+isolation the trials ran under) and a summary line. Nothing is written outside a temporary directory."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -23,6 +25,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+SUITES = ("scenarios", "scenarios_holdout", "scenarios_real")
+STATUSES = ("verified", "partial", "not_verified", "worse", "inconclusive")
+TRIAL_LINE = re.compile(r"^  \[\d+/\d+\] .*\((\d+(?:\.\d+)?) s(?:, isolation: (\w+))?")
 
 
 def _cli(*args: str, cwd: Path, timeout: float) -> tuple[subprocess.CompletedProcess, float]:
@@ -40,7 +45,7 @@ def _cli(*args: str, cwd: Path, timeout: float) -> tuple[subprocess.CompletedPro
 
 
 def one(script: Path, work: Path, timeout: float) -> dict:
-    run_dir = work / script.stem
+    run_dir = work / f"{script.parent.name}-{script.stem}"
     proc, run_s = _cli("run", "--quiet", "--run-dir", str(run_dir), str(script), cwd=script.parent, timeout=timeout)
     if not (run_dir / "events.jsonl").exists():
         return {"name": script.name, "error": f"run failed ({proc.returncode}): {proc.stderr.strip()[-200:]}"}
@@ -51,51 +56,86 @@ def one(script: Path, work: Path, timeout: float) -> dict:
     path = run_dir / "verify.json"
     result = json.loads(path.read_text()) if path.exists() else {}
     fixes = result.get("fixes") or []
-    top_fixes = [f for f in fixes if top and f.get("kind") == top.get("kind")]
+    top_fixes = [f for f in fixes if top and f.get("kind") == top.get("kind")]  # verified first: verify's order
+    trials = [m for m in map(TRIAL_LINE.match, verify.stdout.splitlines()) if m]
+    control = (result.get("control") or {}).get("runs") or []
     return {
-        "name": script.name,
+        "name": f"{script.parent.name}/{script.name}",
         "top": top and top.get("kind"),
         "fixes": [(f.get("kind"), f.get("id"), f.get("status")) for f in fixes],
         "top_verified": any(f.get("status") == "verified" for f in top_fixes[:1]),
         "has_top_fix": bool(top_fixes),
+        "trial_crashes": sum(" trial crashed" in (f.get("reason") or "") for f in fixes),
+        "control_crashed": any(r.get("state") != "ok" for r in control),
+        "trial_s": [float(m.group(1)) for m in trials],
+        "isolation": sorted({m.group(2) for m in trials if m.group(2)}),
         "run_s": run_s,
         "verify_s": verify_s,
         "verify_exit": verify.returncode,
     }
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dir", default=str(ROOT / "scripts" / "scenarios"))
-    p.add_argument("-k", action="append", default=[], help="only scenarios whose name contains this (repeatable)")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds for one run (verify gets 20x)")
-    p.add_argument("--json", help="write the rows here")
-    a = p.parse_args()
-    folder = Path(a.dir).resolve()
-    labels = json.loads((folder / "labels.json").read_text())
-    names = [n for n, lab in labels.items() if not lab.get("healthy") and (not a.k or any(k in n for k in a.k))]
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
-        for name in sorted(names):
-            row = one(folder / name, Path(tmp), a.timeout)
-            rows.append(row)
-            if "error" in row:
-                print(f"{name:55s} ERROR {row['error']}", flush=True)
+def scenarios(dirs: list[str], keys: list[str], cases: list[str], limit: int | None) -> list[Path]:
+    """The broken scenarios of the suites, filtered by -k (name contains) and --cases (file name or stem)."""
+    out = []
+    for d in dirs:
+        folder = Path(d).resolve()
+        labels = json.loads((folder / "labels.json").read_text())
+        for name, label in sorted(labels.items()):
+            if label.get("healthy") or (keys and not any(k in name for k in keys)):
                 continue
-            verdicts = ", ".join(f"{k}/{i}: {s}" for k, i, s in row["fixes"]) or "no fixes"
-            ratio = row["verify_s"] / row["run_s"] if row["run_s"] else float("nan")
-            print(f"{name:55s} {str(row['top']):22s} {ratio:5.1f}x  {verdicts}", flush=True)
+            if cases and name not in cases and Path(name).stem not in cases:
+                continue
+            out.append(folder / name)
+    return out[:limit] if limit is not None else out
+
+
+def summary(rows: list[dict]) -> str:
     ok = [r for r in rows if "error" not in r]
     statuses = [s for r in ok for _, _, s in r["fixes"]]
     with_fix = [r for r in ok if r["has_top_fix"]]
-    ratios = [r["verify_s"] / r["run_s"] for r in ok if r["run_s"]]
-    print(
-        f"verify: top fix verified {sum(r['top_verified'] for r in with_fix)}/{len(with_fix)} "
-        f"({len(ok) - len(with_fix)} scenarios with no fix for their top kind) | fixes verified "
-        f"{statuses.count('verified')}, not verified {statuses.count('not_verified')}, inconclusive "
-        f"{statuses.count('inconclusive')} | time {statistics.median(ratios) if ratios else float('nan'):.1f}x the run "
-        f"(median)"
+    won = sum(r["top_verified"] for r in with_fix)
+    rate = f"{100 * won / len(with_fix):.0f}%" if with_fix else "n/a"
+    per_trial = [s for r in ok for s in r["trial_s"]]
+    counts = ", ".join(f"{s} {statuses.count(s)}" for s in STATUSES)
+    isolation = ", ".join(sorted({i for r in ok for i in r["isolation"]})) or "unknown"
+    return (
+        f"verify: top fix verified {won}/{len(with_fix)} ({rate}; {len(ok) - len(with_fix)} scenarios with no fix "
+        f"for their top kind, {len(rows) - len(ok)} not run) | fixes: {counts} | crashes: control "
+        f"{sum(r['control_crashed'] for r in ok)}, trials {sum(r['trial_crashes'] for r in ok)} | "
+        f"{statistics.median(per_trial) if per_trial else float('nan'):.1f} s per trial (median of "
+        f"{len(per_trial)}), isolation {isolation}"
     )
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dir", action="append", help="a suite folder with labels.json (repeatable) [all three suites]")
+    p.add_argument("-k", action="append", default=[], help="only scenarios whose name contains this (repeatable)")
+    p.add_argument("--cases", default="", help="only these scenarios: comma-separated file names or stems")
+    p.add_argument("--limit", type=int, help="at most this many scenarios (after the filters)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds for one run (verify gets 20x)")
+    p.add_argument("--json", help="write the rows here")
+    a = p.parse_args()
+    dirs = a.dir or [str(ROOT / "scripts" / s) for s in SUITES]
+    cases = [c.strip() for c in a.cases.split(",") if c.strip()]
+    chosen = scenarios(dirs, a.k, cases, a.limit)
+    if not chosen:
+        print("bench_verify: no broken scenario matches", file=sys.stderr)
+        return 2
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
+        for script in chosen:
+            row = one(script, Path(tmp), a.timeout)
+            rows.append(row)
+            if "error" in row:
+                print(f"{row['name']:60s} ERROR {row['error']}", flush=True)
+                continue
+            verdicts = ", ".join(f"{k}/{i}: {s}" for k, i, s in row["fixes"]) or "no fixes"
+            each = statistics.median(row["trial_s"]) if row["trial_s"] else float("nan")
+            crash = " CONTROL CRASHED" if row["control_crashed"] else ""
+            print(f"{row['name']:60s} {str(row['top']):22s} {each:5.1f} s/trial{crash}  {verdicts}", flush=True)
+    print(summary(rows))
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     return 0

@@ -31,6 +31,13 @@ def run_python(*args: str, cwd: Path | None = None, timeout: float = 180) -> sub
                           env=cli_env(), timeout=timeout)
 
 
+def isolations() -> list[str]:
+    """The isolations verify's trials can run under here: the write guard always, the overlay where allowed."""
+    from neuraldbg_cli.verify import overlay
+
+    return ["guard", *(["overlay"] if overlay.available() == "" else [])]
+
+
 def explain_json(run_dir: Path) -> dict:
     r = run_cli("explain", run_dir, "--format", "json")
     assert r.returncode == 0, r.stderr

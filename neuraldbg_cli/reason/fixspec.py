@@ -38,6 +38,8 @@ ENV_FIX = "NEURALDBG_FIX"  # a trial's fix, one-line form
 ENV_MAX_STEPS = "NEURALDBG_MAX_STEPS"  # a trial ends cleanly after this many optimizer steps
 ENV_SEED = "NEURALDBG_SEED"  # a trial's seed: the global RNGs seeded with it, the script's own seeds offset by it
 ENV_GUARD = "NEURALDBG_WRITE_GUARD"  # a trial's folder: writes to other files are redirected into it
+ENV_OVERLAY = "NEURALDBG_OVERLAY"  # the folder a trial sees through a copy-on-write overlay (verify.overlay)
+ENV_OVERLAY_FAILED = "NEURALDBG_OVERLAY_FAILED"  # why the overlay could not be set up: the write guard alone
 TRIAL_FILE = "trial.json"  # what a trial applied (fix, seed, write guard), in its run directory
 
 

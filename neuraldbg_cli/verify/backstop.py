@@ -1,6 +1,6 @@
 """The write guard's backstop. Redirection (writeguard) patches functions where they are looked up; code that
 bound one before the guard existed (a library's `from os import replace`) would slip past it. The interpreter
-raises an audit event for every open, remove, rename, truncate, utime, chmod and link, however the function was
+raises an audit event for every open, remove, rename, mkdir, truncate, utime, chmod and link, however the function was
 reached: a write there to a user's path that was not redirected is refused with PermissionError (the trial then
 crashes and is called inconclusive; the file is unchanged)."""
 
@@ -20,6 +20,7 @@ _AUDITED: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "open": ((0,), ()),
     "os.remove": ((0,), (1,)),
     "os.rmdir": ((0,), (1,)),
+    "os.mkdir": ((0,), (2,)),
     "os.rename": ((0, 1), (2, 3)),
     "os.link": ((1,), (2, 3)),
     "os.symlink": ((1,), (2,)),

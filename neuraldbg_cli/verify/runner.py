@@ -18,6 +18,7 @@ from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.errors import NeuraldbgError
 from neuraldbg_cli.reason import fixspec
 from neuraldbg_cli.trace.events import Report
+from neuraldbg_cli.verify import overlay
 from neuraldbg_cli.verify.trialrun import LATE, Command, Outcome, python_for, read_outcome, run_one
 
 SCHEMA = "neuraldbg.verify/1"
@@ -52,6 +53,7 @@ class Plan:
     timeout: float
     estimate_s: float
     original_ok: bool = True  # the recorded run finished (a control that crashes is then verify's problem)
+    no_overlay: str = ""  # why the trials cannot run in an overlay ('' : they do)
     specs: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -173,7 +175,9 @@ def make_plan(
     seed_list: list[int | None] = [None] if seeds is None else list(range(1, seeds + 1))
     limit = timeout if timeout is not None else max(120.0, 10 * per_trial)
     original_ok = meta.get("status") in ("finished", "stopped")
-    return Plan(Path(run_dir).absolute(), cmd, cands, n, seed_list, limit, per_trial, original_ok)
+    plan = Plan(Path(run_dir).absolute(), cmd, cands, n, seed_list, limit, per_trial, original_ok)
+    plan.no_overlay = overlay.available()
+    return plan
 
 
 def execute(plan: Plan, min_conf: float, say: Any = print) -> tuple[dict[str, Any], bool]:
@@ -182,16 +186,18 @@ def execute(plan: Plan, min_conf: float, say: Any = print) -> tuple[dict[str, An
     runs = [(spec, seed) for seed in plan.seeds for spec in [None, *plan.specs]]
     say(
         f"neuraldbg verify: {len(runs)} trials (control + {len(plan.specs)} fix(es), {len(plan.seeds)} seed(s)) "
-        f"of {plan.steps} steps each, about {plan.estimate_s * len(runs):.0f} s"
+        f"of {plan.steps} steps each, about {plan.estimate_s * len(runs):.0f} s; {isolation_line(plan)}"
     )
     done: dict[tuple[str | None, int | None], Outcome] = {}
     interrupted = False
     for i, (spec, seed) in enumerate(runs, 1):
         out = Outcome(spec or "control", seed, plan.trial_dir(spec, seed))
         try:
-            run_one(plan.cmd, out, spec, plan.steps, plan.timeout)
+            run_one(plan.cmd, out, spec, plan.steps, plan.timeout, isolate=not plan.no_overlay)
             done[(spec, seed)] = read_outcome(out, min_conf)
             say(f"  [{i}/{len(runs)}] {progress_line(out)}")
+            if spec is None and out.state != "ok" and plan.original_ok:
+                stderr(f"neuraldbg: {control_bug(out)}")
         except KeyboardInterrupt:  # the trial's process group is gone (run_one kills it on the way out)
             interrupted = True
             done.pop((spec, seed), None)
@@ -200,19 +206,40 @@ def execute(plan: Plan, min_conf: float, say: Any = print) -> tuple[dict[str, An
     fixes = [judge(c, plan, done, min_conf) for c in plan.candidates]
     # by status, and the verified by effect: the best proven cure first
     fixes.sort(key=lambda f: (ORDER.get(f["status"], len(ORDER)), -effect(f["metric"]), _level(f["metric"])))
-    control = {"runs": [done[(None, s)].doc() for s in plan.seeds if (None, s) in done]}
+    control: dict[str, Any] = {"runs": [done[(None, s)].doc() for s in plan.seeds if (None, s) in done]}
+    bugs = [control_bug(o) for s in plan.seeds if (o := done.get((None, s))) and o.state != "ok"]
+    if bugs and plan.original_ok:
+        control["verify_bug"] = bugs[0]
     doc = {"schema": SCHEMA, "steps": plan.steps, "seeds": len(plan.seeds), "control": control, "fixes": fixes}
     if interrupted:
         doc["interrupted"] = True
     return doc, interrupted
 
 
+def isolation_line(plan: Plan) -> str:
+    """How the user's files are kept from the trials, in words."""
+    if not plan.no_overlay:
+        return f"isolation: overlay (a copy-on-write view of {plan.cmd.cwd})"
+    return f"isolation: guard (Python's file functions redirected; no overlay: {plan.no_overlay})"
+
+
+def control_bug(out: Outcome) -> str:
+    """A control that fails where the recorded run finished: verify's own fault, with the script's last line."""
+    seed = "" if out.seed is None else f" on seed {out.seed}"
+    return (
+        f"the control {out.state}{seed} where the original run finished: a bug of neuraldbg verify "
+        f"(isolation: {out.isolation or 'unknown'}), please report it; {out.error}"
+    )
+
+
 def progress_line(out: Outcome) -> str:
     seed = "" if out.seed is None else f" (seed {out.seed})"
+    how = f", isolation: {out.isolation}" if out.isolation else ""
+    how += f" (no overlay: {out.overlay_failed})" if out.overlay_failed else ""
     if out.state != "ok":
-        return f"{out.name}{seed}: {out.state}: {out.error} ({out.wall_s:.1f} s)"
+        return f"{out.name}{seed}: {out.state}: {out.error} ({out.wall_s:.1f} s{how})"
     kinds = ", ".join(out.kinds) or "no problem"
-    return f"{out.name}{seed}: {out.steps} steps, loss {_fmt(out.loss)}, {kinds} ({out.wall_s:.1f} s)"
+    return f"{out.name}{seed}: {out.steps} steps, loss {_fmt(out.loss)}, {kinds} ({out.wall_s:.1f} s{how})"
 
 
 MIN_EFFECT = 0.05  # the smallest change of the loss's level that counts, as a share of the control's (one seed)
@@ -321,6 +348,8 @@ def judge(c: Candidate, plan: Plan, done: dict[tuple[str | None, int | None], Ou
             reason = f"{next(w for v, w in verdicts if v == status)}; {numbers}"
     entry.update(status=status, wins=wins, seeds=n, metric={"control": control_loss, "trial": trial_loss})
     entry["reason"] = reason
+    ran = [o.isolation for s in plan.seeds if (o := done.get((c.spec, s))) and o.isolation]
+    entry["isolation"] = ", ".join(dict.fromkeys(ran)) or None
     return entry
 
 

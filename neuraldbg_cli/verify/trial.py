@@ -10,7 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from neuraldbg_cli.probe.hookset import HookSet
-from neuraldbg_cli.reason.fixspec import ENV_FIX, ENV_GUARD, ENV_MAX_STEPS, ENV_SEED, TRIAL_FILE, parse
+from neuraldbg_cli.reason.fixspec import (
+    ENV_FIX,
+    ENV_GUARD,
+    ENV_MAX_STEPS,
+    ENV_OVERLAY,
+    ENV_OVERLAY_FAILED,
+    ENV_SEED,
+    TRIAL_FILE,
+    parse,
+)
 
 
 class Trial:
@@ -20,6 +29,8 @@ class Trial:
         self.seed = int(env[ENV_SEED]) if env.get(ENV_SEED) else None
         self.max_steps = int(env[ENV_MAX_STEPS]) if env.get(ENV_MAX_STEPS) else None
         self.guarded = bool(env.get(ENV_GUARD))
+        self.overlay = env.get(ENV_OVERLAY) or None  # the folder the overlay launcher covered
+        self.overlay_failed = env.get(ENV_OVERLAY_FAILED) or None
         self.hooks = HookSet()
         self.guard: Any = None
         self.applied: Any = None
@@ -30,8 +41,8 @@ class Trial:
         from neuraldbg_cli.verify import fixes
         from neuraldbg_cli.verify.writeguard import WriteGuard
 
-        if self.guarded:
-            self.guard = WriteGuard(self.run_dir)
+        if self.guarded:  # under an overlay, the guard keeps only what lies outside it
+            self.guard = WriteGuard(self.run_dir, free=[self.overlay] if self.overlay else [])
             self.guard.install(self.hooks)
         if self.seed is not None:
             fixes.seed(self.seed, self.hooks)
@@ -48,6 +59,11 @@ class Trial:
         doc: dict[str, Any] = {"seed": self.seed, "max_steps": self.max_steps}
         if self.fix_text:
             doc["fix"] = self.applied.report() if self.applied is not None else {"error": self.error}
+        doc["isolation"] = "overlay" if self.overlay else "guard"
+        if self.overlay:
+            doc["overlay"] = self.overlay
+        elif self.overlay_failed:
+            doc["overlay_failed"] = self.overlay_failed
         if self.guard is not None:
             doc["write_guard"] = self.guard.report()
         write_json(TRIAL_FILE, doc)
@@ -55,6 +71,6 @@ class Trial:
 
 def from_env(run_dir: Path) -> Trial | None:
     """The trial this process runs, or None (an ordinary run); its variables are removed from os.environ."""
-    names = (ENV_FIX, ENV_SEED, ENV_MAX_STEPS, ENV_GUARD)
+    names = (ENV_FIX, ENV_SEED, ENV_MAX_STEPS, ENV_GUARD, ENV_OVERLAY, ENV_OVERLAY_FAILED)
     env = {n: os.environ.pop(n) for n in names if n in os.environ}
     return Trial(run_dir, env) if env else None

@@ -17,7 +17,8 @@ from typing import Any
 
 import orjson
 
-from neuraldbg_cli.reason.fixspec import ENV_FIX, ENV_GUARD, ENV_MAX_STEPS, ENV_SEED, TRIAL_FILE
+from neuraldbg_cli.reason.fixspec import ENV_FIX, ENV_GUARD, ENV_MAX_STEPS, ENV_OVERLAY_FAILED, ENV_SEED, TRIAL_FILE
+from neuraldbg_cli.verify import overlay
 
 OUTPUT = "output.log"  # the trial's stdout and stderr, in its run directory
 KILL_GRACE_S = 5.0
@@ -56,6 +57,8 @@ class Outcome:
     causes: dict[str, str] = field(default_factory=dict)  # kind -> the kind it is likely a consequence of
     late: float = math.nan  # the mean of the latest losses (LATE of them): the level the verdict compares
     fix: dict[str, Any] = field(default_factory=dict)  # trial.json's "fix": applied, skipped
+    isolation: str = ""  # overlay | guard: how the user's files were kept from the trial (trial.json)
+    overlay_failed: str = ""  # why this trial fell back to the guard when an overlay was wanted
     error: str = ""
     wall_s: float = 0.0
 
@@ -70,7 +73,10 @@ class Outcome:
             "late_loss": self.late if math.isfinite(self.late) else None,
             "kinds": self.kinds,
             "wall_s": round(self.wall_s, 2),
+            "isolation": self.isolation or None,
         }
+        if self.overlay_failed:
+            out["overlay_failed"] = self.overlay_failed
         if self.causes:
             out["causes"] = self.causes
         if self.error:
@@ -95,15 +101,25 @@ def trial_env(cmd: Command, home: Path, fix: str | None, seed: int | None, steps
     return env
 
 
-def start(cmd: Command, out: Outcome, fix: str | None, steps: int) -> subprocess.Popen[bytes]:
+def start(
+    cmd: Command, out: Outcome, fix: str | None, steps: int, upper: str | None, failed: str = ""
+) -> subprocess.Popen[bytes]:
+    """Start the trial; with `upper` (a scratch folder), through the overlay launcher; `failed`: why an overlay
+    wanted could not be had (the trial records it)."""
     out.dir.mkdir(parents=True, exist_ok=True)
     argv = [cmd.python, "-m", "neuraldbg_cli", "run", "--quiet", "--run-dir", str(out.dir)]
     argv += ["-m", *cmd.argv] if cmd.mode == "module" else cmd.argv
+    env = trial_env(cmd, out.dir, fix, out.seed, steps)
+    if failed:
+        env[ENV_OVERLAY_FAILED] = failed
+    if upper:
+        root = os.path.realpath(cmd.cwd)
+        argv = [cmd.python, "-m", "neuraldbg_cli.verify.overlay", root, upper, os.path.realpath(out.dir), "--", *argv]
     with open(out.dir / OUTPUT, "wb") as log:
         return subprocess.Popen(
             argv,
             cwd=cmd.cwd,
-            env=trial_env(cmd, out.dir, fix, out.seed, steps),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -127,13 +143,18 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def run_one(cmd: Command, out: Outcome, fix: str | None, steps: int, timeout: float) -> Outcome:
-    """Run one trial to its end (or its timeout); KeyboardInterrupt kills it and propagates."""
+def run_one(cmd: Command, out: Outcome, fix: str | None, steps: int, timeout: float, isolate: bool) -> Outcome:
+    """Run one trial to its end (or its timeout), in an overlay when `isolate` (its scratch folder deleted
+    after); KeyboardInterrupt kills it and propagates."""
     t0 = time.monotonic()
+    upper = overlay.scratch(os.path.realpath(cmd.cwd)) if isolate else None
     try:
-        proc = start(cmd, out, fix, steps)
+        failed = "" if upper or not isolate else "no scratch folder outside the working directory"
+        proc = start(cmd, out, fix, steps, upper, failed)
     except OSError as e:
         out.state, out.error = "error", f"cannot start the trial: {e.strerror or e}"
+        if upper:
+            overlay.remove(upper)
         return out
     try:
         proc.wait(timeout)
@@ -146,6 +167,8 @@ def run_one(cmd: Command, out: Outcome, fix: str | None, steps: int, timeout: fl
         kill_group(proc)  # also what the script left running behind it
         out.wall_s = time.monotonic() - t0
         out.exit_status = proc.returncode
+        if upper:
+            overlay.remove(upper)
     return out
 
 
@@ -173,7 +196,10 @@ def read_outcome(out: Outcome, min_confidence: float) -> Outcome:
     if losses:
         out.loss = losses[-1]
         out.late = sum(losses[-LATE:]) / len(losses[-LATE:])  # NaN when any of them is
-    out.fix = _trial_doc(out.dir).get("fix") or {}
+    trial = _trial_doc(out.dir)
+    out.fix = trial.get("fix") or {}
+    out.isolation = str(trial.get("isolation") or "")
+    out.overlay_failed = str(trial.get("overlay_failed") or "")
     if out.state == "ok" and run.meta.get("status") not in ("finished", "stopped"):
         out.state, out.error = "crashed", f"exit status {run.meta.get('exit_status')}: {_last_error(out.dir)}"
     return out

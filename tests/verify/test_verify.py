@@ -10,11 +10,13 @@ import shutil
 import uuid
 from pathlib import Path
 
-from conftest import ASSETS, ROOT, explain_json, run_cli
+import pytest
+from conftest import ASSETS, ROOT, explain_json, isolations, run_cli
 
 from neuraldbg_cli.verify import runner as verify
 
 DEMO_VANISHING = ROOT / "scripts" / "demo_vanishing.py"
+ISOLATIONS = isolations()
 
 
 def _verify(run_dir: Path, *args: str, **env: str) -> dict:
@@ -29,7 +31,8 @@ def _verify_out(run_dir: Path, *args: str, **env: str) -> tuple[dict, str]:
     doc = json.loads((run_dir / "verify.json").read_text())
     assert doc["schema"] == "neuraldbg.verify/1" and set(doc) >= {"steps", "seeds", "control", "fixes"}
     for f in doc["fixes"]:
-        assert list(f) == ["kind", "id", "params", "text", "status", "wins", "seeds", "metric", "reason"]
+        assert list(f) == ["kind", "id", "params", "text", "status", "wins", "seeds", "metric", "reason", "isolation"]
+        assert f["isolation"] in ("overlay", "guard", None), f  # None: no trial of it ran
         assert f["status"] in ("verified", "partial", "not_verified", "worse", "inconclusive") and set(f["metric"]) == {"control", "trial"}
     return doc, r.stdout
 
@@ -94,7 +97,8 @@ def _alive_with(marker: str) -> list[int]:
     return pids
 
 
-def test_exploding_deep_mlp_clipping_verified_user_files_untouched_no_process_left(tmp_path):
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_exploding_deep_mlp_clipping_verified_user_files_untouched_no_process_left(tmp_path, isolation):
     proj = tmp_path / "proj"
     proj.mkdir()
     for name in ("verify_deep.py", "common.py"):
@@ -107,18 +111,25 @@ def test_exploding_deep_mlp_clipping_verified_user_files_untouched_no_process_le
     before = _snapshot(proj)
     marker = f"verify-marker-{uuid.uuid4().hex}"
 
-    doc, out = _verify_out(run_dir, "--timeout", "120", SPAWN_MARKER=marker)
+    doc, out = _verify_out(run_dir, "--timeout", "120", SPAWN_MARKER=marker, NEURALDBG_ISOLATION=isolation)
     clip = _entry(doc, "exploding_gradient", "clip_grad_norm")
     assert clip["status"] == "verified", clip
     assert _entry(doc, "exploding_gradient", "reinit", layer="Linear", init="kaiming")["status"] == "verified"
     lr = _entry(doc, "exploding_gradient", "lr_scale")  # the script rejects a changed lr: the trial crashes
     assert lr["status"] == "inconclusive" and "crashed" in lr["reason"] and "config check failed" in lr["reason"]
+    assert "verify_bug" not in doc["control"] and "problem of verify" not in lr["reason"]  # the fix's crash
     trials = [ln for ln in out.splitlines() if ln.startswith("  [")]  # verify went on after it
     assert "lr_scale" in trials[1] and "crashed" in trials[1] and len(trials) == 4, trials
 
     assert _snapshot(proj) == before  # nothing of the user's changed, nothing added
     trial = json.loads((run_dir / "verify" / "control" / "trial.json").read_text())
+    assert trial["isolation"] == isolation and f"isolation: {isolation}" in out, (trial, out)
     redirected = trial["write_guard"]["redirected"]
+    if isolation == "overlay":  # the script's folder is under the overlay: nothing for the guard to redirect
+        assert redirected == {} and trial["write_guard"]["left_in_place"] == [] and trial["overlay"] == str(proj)
+        assert "spawned " in (run_dir / "verify" / "control" / "output.log").read_text()
+        assert _alive_with(marker) == []
+        return
     assert {Path(p).name for p in redirected} >= {"log.txt", "history.txt", "ckpt.pt", "notes.txt", "state.json"}
     copy = Path(redirected[str(proj / "history.txt")])
     assert copy.read_text() == "my history\none more line\n"  # appended to a copy

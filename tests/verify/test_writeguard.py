@@ -52,17 +52,46 @@ WAYS = {
         "fd, name = tempfile.mkstemp()\nos.write(fd, b'new')\nos.close(fd)\nos.replace(name, f)\nout = read(f)"
     ),
     "bound_before_guard": "early_replace(early_new(f), f)",
+    # the script's view stays that of a real file system (a checkpoint saver's unlink, replace, link, copy, rotate)
+    "unlink_twice": "os.unlink(f)\ntry:\n    os.unlink(f)\nexcept FileNotFoundError:\n    out = str(os.path.exists(f))",
+    "replace_then_link": (
+        "open(f + '.t', 'w').write('new')\nos.unlink(f)\nos.replace(f + '.t', f)\nos.link(f, f + '.k')\n"
+        "out = str(os.path.samefile(f, f + '.k')) + read(f + '.k')\n"
+        "try:\n    shutil.copy2(f, f + '.k')\nexcept shutil.SameFileError:\n    out += ' same'"
+    ),
+    "link_onto_existing": "open(f + '.s', 'w').write('x')\ntry:\n    os.link(f + '.s', f)\nexcept FileExistsError:\n    out = read(f)",
+    "copy2_then_unlink": "shutil.copy2(f, f + '.c')\nos.unlink(f)\nout = read(f + '.c') + str(os.path.exists(f))",
+    "mkdir_listdir": "os.makedirs(f + '.d/sub')\nopen(f + '.d/sub/x', 'w').write('1')\nout = str(mine(os.listdir(proj)))",
+    "unlink_scandir": (
+        "open(f + '.new', 'w').write('1')\nos.unlink(f)\nwith os.scandir(proj) as it:\n"
+        "    out = str(mine(e.name for e in it))"
+    ),
+    "rename_dir_glob": (
+        "os.makedirs(f + '.tmp')\nopen(f + '.tmp/a', 'w').write('1')\nos.rename(f + '.tmp', f + '.final')\n"
+        "out = str(mine(os.path.basename(p) for p in glob.glob(f + '*'))) + read(f + '.final/a')"
+    ),
+    "rmtree_recreate": "shutil.rmtree(f + '.d')\nos.makedirs(f + '.d')\nout = str(os.listdir(f + '.d'))",
+    # pathlib reads through functions bound at import on 3.10 (its accessor) and 3.13 (Path.glob's globber)
+    "path_glob": "open(f + '.new', 'w').write('1')\nos.unlink(f)\nout = str(mine(p.name for p in Path(proj).glob('*')))",
+    "path_exists": "os.unlink(f)\nout = str(Path(f).exists())",
+    "path_iterdir": "os.makedirs(f + '.d')\nout = str(mine(p.name for p in Path(proj).iterdir()))",
 }
 # what the script reads back after a redirected write (None: nothing to read, or refused)
 READ_BACK = {"open_w": "new", "open_a": "mine+more", "io_open": "new", "os_open": "new", "os_rename": "mine",
              "os_replace_over": "new", "os_truncate": "mi", "os_link": "mine", "pathlib_write_text": "new",
              "pathlib_write_bytes": "new", "pathlib_open_append": "mine+more", "pathlib_replace_over": "new",
              "shutil_copyfile_over": "new", "shutil_copy2_over": "new", "tempfile_replace": "new",
-             "tempfile_mkstemp_replace": "new"}
+             "tempfile_mkstemp_replace": "new", "unlink_twice": "False", "replace_then_link": "Truenew same",
+             "link_onto_existing": "mine", "copy2_then_unlink": "mineFalse",
+             "mkdir_listdir": "['mkdir_listdir.txt', 'mkdir_listdir.txt.d']",
+             "unlink_scandir": "['unlink_scandir.txt.new']",
+             "rename_dir_glob": "['rename_dir_glob.txt', 'rename_dir_glob.txt.final']1", "rmtree_recreate": "[]",
+             "path_glob": "['path_glob.txt.new']", "path_exists": "False",
+             "path_iterdir": "['path_iterdir.txt', 'path_iterdir.txt.d']"}
 REFUSED = {"io_fileio", "bound_before_guard"}  # reached the OS past every redirect: refused, the file unchanged
 
 CHILD = """
-import io, json, os, shutil, sys, tempfile
+import glob, io, json, os, shutil, sys, tempfile
 from os import replace as early_replace
 from pathlib import Path
 from neuraldbg_cli.probe.hookset import HookSet
@@ -75,6 +104,8 @@ def early_new(f):
     with open(name, 'w') as h:
         h.write('new')
     return name
+def mine(names):
+    return sorted(n for n in names if n.startswith(way + '.'))
 def read(p):
     with open(p) as h:
         return h.read()
@@ -83,7 +114,7 @@ guard.install(HookSet())
 results = {}
 for way, code in ways.items():
     f = os.path.join(proj, way + '.txt')
-    scope = dict(globals(), f=f, out=None)
+    scope = dict(globals(), f=f, out=None, way=way)
     try:
         exec(code, scope)
         results[way] = {"state": "ok", "out": scope["out"]}
@@ -110,8 +141,9 @@ def tried(tmp_path_factory):
     for way in WAYS:
         (proj / f"{way}.txt").write_text("mine")
         os.utime(proj / f"{way}.txt", (1_000_000, 1_000_000))
-    (proj / "shutil_rmtree.txt.d").mkdir()
-    (proj / "shutil_rmtree.txt.d" / "inside").write_text("mine")
+    for way in ("shutil_rmtree", "rmtree_recreate"):
+        (proj / f"{way}.txt.d").mkdir()
+        (proj / f"{way}.txt.d" / "inside").write_text("mine")
     before = _state(proj)
     scratch = base / "scratch"  # the child's temporary directory: new files there are allowed, not in proj
     scratch.mkdir()
