@@ -72,3 +72,6 @@ def _drop_inherited() -> None:
     parent = sys.modules.get("neuraldbg_cli.launch.children")
     if parent is not None:
         parent.drop_parent_hooks()
+
+
+boot()  # the forkserver imports this module by name (its preload list): its children are forked from here

@@ -179,6 +179,9 @@ class ChildSession(StageWiring):
             session.probe.hooks.remove()
             raise
         session._catch_sigterm()
+        session.sigterm_before = session._sigterm
+        global _parent
+        _parent = session  # its own forked children drop these hooks (drop_parent_hooks)
         return session
 
     def _warn(self, msg: str) -> None:

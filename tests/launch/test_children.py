@@ -89,7 +89,7 @@ def test_hogwild_nan_in_one_child_starts_at_that_childs_input(tmp_path, start):
 
 # ---------------------------------------------------------------- a Pool of trainers
 
-@pytest.mark.parametrize("start", ["fork", "spawn"])
+@pytest.mark.parametrize("start", ["fork", "spawn", "forkserver"])
 def test_pool_of_trainers(tmp_path, start):
     proc, run_dir, report = observed(tmp_path, "pool_train.py", "--start", start)
     assert report["status"] == "healthy" and counted(report) == []
@@ -138,3 +138,31 @@ def test_a_failing_child_fails_the_parent_as_under_python(tmp_path):
     metas = child_metas(run_dir)
     assert sorted(metas) == [0, 1] and metas[1]["exit_status"] == 1 and metas[0]["exit_status"] == 0
     assert all(m["steps_observed"] == 5 for m in metas.values())
+
+
+def test_process_pool_executor_and_a_child_leaving_by_os_exit(tmp_path):
+    """concurrent.futures' workers are observed like a Pool's; a child that leaves through os._exit (no
+    cleanup at all) keeps every line it wrote, and the parent does not wait for it."""
+    script = tmp_path / "executor.py"
+    script.write_text(
+        "import os, sys\n"
+        "import torch.multiprocessing as mp\n"
+        "from concurrent.futures import ProcessPoolExecutor\n"
+        f"sys.path.insert(0, {str(ASSETS)!r})\n"
+        "from pool_train import train_one\n"
+        "def train_and_vanish(cfg):\n"
+        "    train_one(cfg)\n"
+        "    os._exit(0)\n"
+        "if __name__ == '__main__':\n"
+        "    with ProcessPoolExecutor(2) as ex:\n"
+        "        print(list(ex.map(train_one, [(0.01, 20), (0.02, 20)])))\n"
+        "    p = mp.Process(target=train_and_vanish, args=((0.02, 10),))\n"
+        "    p.start(); p.join(); print('exit', p.exitcode)\n"
+    )
+    proc, run_dir, report = observed(tmp_path, str(script))
+    assert proc.stdout.splitlines()[-1] == "exit 0"
+    metas = child_metas(run_dir)
+    assert sorted(m["steps_observed"] for m in metas.values() if m["status"] != "running") == [20, 20]
+    vanished = [m for m in metas.values() if m["status"] == "running"]  # os._exit: no end written
+    assert len(vanished) == 1 and vanished[0]["child"]["target"].endswith("train_and_vanish")
+    assert report["steps_observed"] == 50 and report["status"] == "healthy"
