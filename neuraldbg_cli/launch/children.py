@@ -165,6 +165,7 @@ class ChildSession(StageWiring):
         self.group = False
         self._sigterm: Any = None
         self.ending = self.terminated = False
+        self.sigterm_before: Any = None  # what SIGTERM did before this child took it (its forked children restore it)
 
     @classmethod
     def start(cls, env: str, target: str) -> ChildSession:
