@@ -391,6 +391,7 @@ def explain_job(job: JobData, min_confidence: float = 0.5) -> Report:
         clocks=None if lockstep else crossrank.clocks(job.runs),
         unit="process" if children and not lockstep else "rank",
     )
+    extra = [_frozen_replica(x, merged, min_confidence) for x in extra]
     hyps = crossrank.place(merged, extra, min_confidence)
     lead = reports[0][1]
     world = max((r.meta.get("world_size") or 0 for r in job.runs if not children), default=0)
@@ -434,6 +435,28 @@ def explain_job(job: JobData, min_confidence: float = 0.5) -> Report:
         warnings=warnings,
         run=run_info,
     )
+
+
+def _frozen_replica(x: Hypothesis, merged: list[Hypothesis], min_confidence: float) -> Hypothesis:
+    """Replicas that part because one rank's weights never change (its optimizer is never stepped, or leaves
+    them out) follow from that: the divergence is its consequence, and its advice (weights edited on one rank)
+    would point the wrong way."""
+    frozen = next(
+        (h for h in merged if h.kind == Kind.unchanged_weights and h.confidence >= min_confidence and h.ranks), None
+    )
+    if x.kind != Kind.rank_divergence or frozen is None or x.origin.rank not in (frozen.ranks or []):
+        return x
+    x = x.model_copy(deep=True)
+    x.caused_by = Kind.unchanged_weights
+    x.because = (
+        f"unchanged_weights on rank {x.origin.rank}: its weights stay as they were while the other ranks' train, "
+        "so the replicas part from its first step"
+    )
+    seen = x.summary.split(" Something changed weights")[0]  # (that guess is what this replaces)
+    x.summary = f"{seen} Likely a consequence of unchanged_weights: rank {x.origin.rank}'s weights never change."
+    x.suggestions = ["fix unchanged_weights first (above): this follows from it"]
+    x.origin.step = max(x.origin.step or 0, frozen.origin.step or 0)  # placed after its cause
+    return x
 
 
 def failing_kinds(report: Report, fail_on: list[str], min_confidence: float) -> list[str]:

@@ -1,6 +1,7 @@
 """PyTorch's DDP tutorial layout: torch.multiprocessing.spawn starts one child per rank, each child calls
 init_process_group itself (gloo, CPU). --mode picks the bug: healthy, nan_shard (corrupt rows in rank 1's shard
-only), drift (rank 1 changes a weight outside DDP: the replicas are no longer one model)."""
+only), drift (rank 1 changes a weight outside DDP: the replicas are no longer one model), no_step (rank 1 never
+calls optimizer.step(): its replica stays at the initial weights while rank 0's trains)."""
 import argparse
 import datetime
 import os
@@ -28,7 +29,8 @@ def train(rank, world, mode, steps):
         opt.zero_grad()
         loss = nn.functional.mse_loss(model(xb), yb)
         loss.backward()
-        opt.step()
+        if not (mode == "no_step" and rank == 1):
+            opt.step()
         if mode == "drift" and rank == 1 and step == 15:
             with torch.no_grad():
                 model.module[2].weight.mul_(1.5)

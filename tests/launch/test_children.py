@@ -51,7 +51,8 @@ def test_spawned_ddp_children_are_the_ranks_of_one_verdict(tmp_path):
 
 @pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                     reason="no gloo backend")
-@pytest.mark.parametrize(("mode", "kind", "ranks"), [("nan_shard", "data_anomaly", [1]), ("drift", "rank_divergence", None)])
+@pytest.mark.parametrize(("mode", "kind", "ranks"), [("nan_shard", "data_anomaly", [1]), ("drift", "rank_divergence", None),
+                                                      ("no_step", "unchanged_weights", [1])])
 def test_spawned_ddp_bugs_are_named_with_their_rank(tmp_path, mode, kind, ranks):
     _, _, report = observed(tmp_path, "spawn_ddp.py", "--mode", mode)
     top = counted(report)[0]
@@ -59,6 +60,9 @@ def test_spawned_ddp_bugs_are_named_with_their_rank(tmp_path, mode, kind, ranks)
     if ranks is not None:
         assert top["ranks"] == ranks and top["origin"]["rank"] == ranks[0]
     assert report["steps_observed"] == 40
+    if mode == "no_step":  # the replicas part because rank 1 never steps: a consequence, not weights edited
+        parted = next(h for h in report["hypotheses"] if h["kind"] == "rank_divergence")
+        assert parted["caused_by"] == "unchanged_weights" and "Something changed" not in parted["summary"]
 
 
 # ---------------------------------------------------------------- Hogwild: mp.Process on a shared model
