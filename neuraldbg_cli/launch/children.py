@@ -104,6 +104,11 @@ def _booting_command_line(original: Any) -> Any:
     return get_command_line
 
 
+def observed_here() -> bool:
+    """Whether this process is already observed (by `neuraldbg run`, or as a training child of a script)."""
+    return _parent is not None and _parent.pid == os.getpid() and getattr(_parent, "probe", None) is not None
+
+
 def drop_parent_hooks() -> None:
     """In a forked child: the parent's probe hooks it inherited are removed (they would observe into the
     parent's state, whose files this process never writes), and SIGTERM does again what it did before
