@@ -260,6 +260,7 @@ _HOW: dict[tuple[Kind, Kind | None], str] = {
     (Kind.loss_misuse, None): "the loss as called cannot be minimised the way training needs",
     (Kind.loop_misuse, None): "gradients never zeroed add up over the steps, so each update is the sum of every "
     "gradient so far and grows like an ever larger learning rate",
+    (Kind.memory_growth, None): "every step's graph kept alive adds to the memory and to each backward pass",
     (Kind.data_anomaly, Kind.normalization_fault): "NaN/Inf in a batch is written into the running statistics",
     (Kind.data_anomaly, None): "every forward pass starts from these values",
     (Kind.normalization_fault, None): "the layers after it receive values it failed to normalise",
@@ -288,6 +289,7 @@ _LOOP_HOW = {
     "lr_collapsed": "steps at a learning rate a thousand times below its peak change almost nothing",
     "single_class_batches": "batches of one class pull the model toward that class, and each change of class undoes it",
     "clipped_after_step": "the clip comes after the step, so every step applies the unclipped gradients",
+    "sampler_epoch_fixed": "every epoch visits the data in the same order",
 }
 
 
@@ -309,7 +311,7 @@ def acts_at_once(h: Hypothesis) -> bool:
 # Kinds that name something the user did (a bug in the loss call or the loop, a layer in the wrong mode,
 # parameters no optimizer moves, broken data), not a state the network got into: a root, when nothing
 # present explains it, comes before the states of the network
-_ROOT_KINDS = {Kind.loss_misuse, Kind.loop_misuse, Kind.unchanged_weights, Kind.no_gradient}
+_ROOT_KINDS = {Kind.loss_misuse, Kind.loop_misuse, Kind.memory_growth, Kind.unchanged_weights, Kind.no_gradient}
 
 
 def summed_only(h: Hypothesis) -> bool:
