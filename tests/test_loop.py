@@ -884,3 +884,25 @@ def test_a_shuffling_sampler_iterated_again_at_the_same_epoch_is_named():
 def test_an_unshuffled_sampler_is_not_judged():
     rec = _sampler_epochs(False, shuffle=False)
     assert rec.sampler_at is None and all(not s.shuffle for r in rec.records for s in r.samplers.values())
+
+
+# ---------------------------------------------------------------- trained parameters outside every optimizer
+
+
+def test_parameters_outside_every_optimizer_are_named_with_the_optimizer_that_leaves_them_out(observe):
+    obs = observe("loop_outside.py")
+    assert obs.proc.returncode == 0, obs.proc.stderr
+    top = obs.top
+    assert top["kind"] == "unchanged_weights" and top["origin"]["module"] == "head", top
+    assert "head is in no optimizer: Adam trains body.0 of Net only." in top["summary"], top["summary"]
+    tip = top["suggestions"][0]
+    assert tip.startswith("head get gradients but are not in any optimizer (Adam trains body.0 of Net only)")
+    assert "`optimizer.add_param_group({'params': model.head.parameters()})`" in tip, tip
+    healthy = observe("loop_outside.py", "--all")
+    assert healthy.report["status"] == "healthy", healthy.report["hypotheses"]
+
+
+def test_a_module_path_is_written_as_python_reaches_it():
+    from neuraldbg_cli.reason.families.weights import _attr_path
+
+    assert [_attr_path(m) for m in ("head", "layers.0.fc", "0")] == [".head", ".layers[0].fc", "[0]"]
