@@ -27,6 +27,7 @@ import os
 import sys
 import weakref
 from collections import deque
+from collections.abc import Callable
 from types import FrameType
 from typing import Any, NamedTuple
 
@@ -96,9 +97,10 @@ def _leaf(node: Any) -> bool:
 
 
 class GraphWatch:
-    """`capture(loss, retain)` at each backward pass (the pacer's loss capture); `note` the keeper, once found."""
+    """`capture(buf, loss, retain)` at each backward pass of a sampled step (the loss capture); `keeper`, once
+    found, is the script's variable that holds the graphs (`on_keeper(keeper)` is called then)."""
 
-    def __init__(self, guard: Guard, on_keeper: Any) -> None:
+    def __init__(self, guard: Guard, on_keeper: Callable[[Keeper], None]) -> None:
         self._guard, self._on_keeper = guard, on_keeper
         self._tokens: list[tuple[weakref.ref, weakref.ref | None]] = []  # (any node's token, the loss node's)
         self._step = -1  # the step whose token the capture uses
