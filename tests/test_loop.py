@@ -1,6 +1,9 @@
 """The training-loop family (loop_misuse): gradients never zeroed between optimizer steps, told apart from intended
-accumulation, GAN loops, zero_grad(set_to_none=False) and manual zeroing. The probe's checks in-process, the
-classifier, machine and rule on hand-made records and events, the ranking, and real scripts through the CLI."""
+accumulation, GAN loops, zero_grad(set_to_none=False) and manual zeroing; the other loop bugs (zero_grad before
+step, clipping after it, one-class batches, an lr collapsed early, a DistributedSampler's epoch never set); the
+autograd graphs kept across steps (memory_growth); trained parameters outside every optimizer. The probe's checks
+in-process, the classifier, machine and rule on hand-made records and events, the ranking, and real scripts
+through the CLI."""
 import json
 import re
 

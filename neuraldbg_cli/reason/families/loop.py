@@ -21,6 +21,8 @@ passes run inside its step.
 - clipped_after_step: clip_grad_norm_/clip_grad_value_ was called right after the optimizer's step, with no
   backward pass since: the step applied the unclipped gradients (its own machine, every call judged).
 
+- sampler_epoch_fixed: a DistributedSampler with shuffle=True iterated twice or more (epochs) with its epoch never
+  changed (set_epoch() never called): the same permutation every epoch (one machine per sampler).
 - graphs_kept (kind memory_growth, one machine for the run): on sampled steps, the autograd graphs of earlier
   steps still alive (probe/graphwatch.py): at least MIN_ALIVE earlier sampled steps' graphs, the oldest SPAN
   steps back or more; a loop keeps the last few steps' graphs at most (the `loss` variable, a short window).
