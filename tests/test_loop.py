@@ -655,10 +655,13 @@ def _keep(mode, steps=30, every=10):
         for _ in range(steps):
             x, y = torch.randn(16, 8, generator=g), torch.randint(0, 3, (16,), generator=g)
             opt.zero_grad()
-            loss = nn.functional.cross_entropy(model(x), y)
+            out = model(x)
+            loss = nn.functional.cross_entropy(out, y)
             loss.backward()
             opt.step()
-            if mode == "sum":
+            if mode == "outputs":  # the batch's outputs kept for an epoch metric, undetached
+                losses.append(out)
+            elif mode == "sum":
                 total += loss
             elif mode == "item":
                 total += loss.item()
@@ -683,6 +686,13 @@ def test_a_loss_kept_with_its_graph_every_step_is_alive_at_later_steps(mode, nam
     assert rec.keeper is not None and (rec.keeper.name, rec.keeper.how, rec.keeper.expr) == (name, how, "loss")
     assert rec.keeper.line == next(i for i, s in enumerate(open(__file__).read().splitlines(), 1)
                                    if s.strip().startswith(f"{name}{' +=' if how == 'sum' else '.append'}"))
+
+
+def test_outputs_kept_with_their_graph_are_alive_though_the_loss_is_not():
+    rec = _keep("outputs")
+    g = rec.graphs
+    assert [g[s].alive for s in (5, 20)] == [5, 11] and g[20].kept_loss == 0, g
+    assert rec.keeper is not None and (rec.keeper.name, rec.keeper.how, rec.keeper.expr) == ("losses", "append", "out")
 
 
 @pytest.mark.parametrize("mode", ["item", "detach", "none", "window"])
@@ -748,9 +758,9 @@ def test_graphs_kept_needs_several_alive_reaching_far_back():
     assert not [e for e in _graph_events(epoch) if e.to == "graphs_kept"]
 
 
-def _memory_ctx(keeper=None, reached=None):
+def _memory_ctx(keeper=None, reached=None, kept=11.0):
     ev = SemanticEvent(type=EventType.loop_health.value, step=20, module=None, root=None, from_="normal",
-                       to="graphs_kept", site="loop", metrics={"alive": 11.0, "since": 0.0, "kept_loss": 11.0,
+                       to="graphs_kept", site="loop", metrics={"alive": 11.0, "since": 0.0, "kept_loss": kept,
                                                                "reached": reached, "memory": 2e8,
                                                                "retain_graph": 0.0})
     summary = SemanticEvent(type=EventType.run_summary.value, step=99, module=None, root=None, from_="running",
@@ -773,6 +783,9 @@ def test_memory_growth_names_the_keeper_its_line_and_the_fix():
                                          "at": "lm.py:9"}))
     assert "continues the previous step's" in carried.summary
     assert "`hidden = hidden.detach()` before lm.py:9" in carried.suggestions[0]
+    outputs = memory_growth(_memory_ctx({"name": "preds", "how": "append", "expr": "out", "at": "t.py:5"}, kept=0))
+    assert "tensors of every step are kept" in outputs.summary
+    assert outputs.suggestions[0] == "keep the values without their graph: `preds.append(out.detach())` (t.py:5)"
     unplaced = memory_growth(_memory_ctx(reached=19.0))
     assert "hidden = hidden.detach()" in unplaced.suggestions[0] and "keeps them" not in unplaced.summary
     assert memory_growth(Context([])) is None

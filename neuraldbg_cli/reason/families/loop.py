@@ -537,12 +537,17 @@ def memory_growth(ctx: Context) -> Hypothesis | None:
     if keeper:
         name, kept_how, expr, line = keeper.get("name"), keeper.get("how"), keeper.get("expr"), keeper.get("at")
         where = f" `{name}` at {line} keeps them"
-        if kept_how == "sum":
+        # a loss kept is a number (.item()); other tensors (outputs, features) keep their values, detached
+        if kept_how == "sum" and loss_kept:
             tips.append(f"accumulate a number, not the tensor: `{name} += {expr}.item()` ({line})")
-        elif kept_how == "append":
+        elif kept_how == "sum":
+            tips.append(f"accumulate without the graph: `{name} += {expr}.detach()` ({line})")
+        elif kept_how == "append" and loss_kept:
             tips.append(
                 f"keep a number or a detached tensor: `{name}.append({expr}.item())` (or `{expr}.detach()`) ({line})"
             )
+        elif kept_how == "append":
+            tips.append(f"keep the values without their graph: `{name}.append({expr}.detach())` ({line})")
         elif kept_how == "carried":
             tips.append(
                 f"detach the carried state at the start of each step: `{name} = {name}.detach()` before "
