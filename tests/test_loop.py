@@ -922,3 +922,24 @@ def test_a_module_path_is_written_as_python_reaches_it():
     from neuraldbg_cli.reason.families.weights import _attr_path
 
     assert [_attr_path(m) for m in ("head", "layers.0.fc", "0")] == [".head", ".layers[0].fc", "[0]"]
+
+
+def test_the_keeper_is_found_in_the_caller_when_a_helper_runs_the_step():
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(0)
+
+    def train_step(x, y):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    with Recorder(10) as rec:
+        total = 0
+        for _ in range(12):
+            total = total + train_step(torch.randn(16, 8, generator=g), torch.randint(0, 3, (16,), generator=g))
+        keeper = rec.probe._graphs.keeper
+    assert keeper is not None and (keeper.name, keeper.how) == ("total", "sum"), keeper
+    assert keeper.expr.startswith("train_step(") and keeper.file.endswith("test_loop.py")

@@ -42,7 +42,10 @@ KEPT = 64  # tokens remembered (the oldest alive always among them)
 SEARCH_AT = 3  # earlier steps alive before the keeper is looked for
 SEARCH_NODES = 8192  # distinct nodes walked per variable when looking for the keeper
 TRIES = 3  # keeper searches per run (each at a sampled step)
+FRAMES = 3  # the script's frames searched, from the backward call's outward
 KEY = "neuraldbg"
+# neuraldbg's package and the standard library: frames that run the script, not the script's own
+_OUTSIDE = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.path.dirname(os.__file__))
 
 
 class _Token:
@@ -191,24 +194,24 @@ class GraphWatch:
     # ---- the keeper: which variable of the loop holds the graphs ----
 
     def _search(self, loss: torch.Tensor, step: int) -> None:
-        """Once enough earlier graphs are alive: the loop-carried variable at the backward call that holds one."""
-        frame = _script_frame()
-        if frame is None:
-            return
-        found = _carried(frame.f_code.co_filename, frame.f_lineno)
-        if not found:
-            return
-        scope = frame.f_locals
-        try:
-            for name, (how, line, expr) in found.items():
-                value = scope.get(name, frame.f_globals.get(name))
-                if value is None or value is loss or not _holds_old(value, step):
-                    continue
-                self.keeper = Keeper(name, how, _shown(frame.f_code.co_filename), line, expr)
-                self._on_keeper(self.keeper)
-                return
-        finally:
-            _release(frame, scope)
+        """Once enough earlier graphs are alive: the loop-carried variable that holds one, in the frame of the
+        backward call or, when a helper runs the step (`total += train_step(batch)`), in its callers'."""
+        for frame in _script_frames(FRAMES):
+            found = _carried(frame.f_code.co_filename, frame.f_lineno)
+            if not found:
+                continue
+            scope = frame.f_locals
+            try:
+                for name, (how, line, expr) in found.items():
+                    value = scope.get(name, frame.f_globals.get(name))
+                    if value is None or value is loss or not _holds_old(value, step):
+                        continue
+                    self.keeper = Keeper(name, how, _shown(frame.f_code.co_filename), line, expr)
+                    self._on_keeper(self.keeper)
+                    return
+            finally:
+                value = None
+                _release(frame, scope)
 
 
 def _release(frame: FrameType, scope: Any) -> None:
@@ -220,16 +223,20 @@ def _release(frame: FrameType, scope: Any) -> None:
         scope.clear()
 
 
-def _script_frame() -> FrameType | None:
-    """The script's frame that made the call being observed (past torch's and neuraldbg's own)."""
+def _script_frames(most: int) -> list[FrameType]:
+    """The script's frames around the call being observed, innermost first (past torch's and neuraldbg's own)."""
     frame: FrameType | None = sys._getframe(1)
-    for _ in range(32):
-        if frame is None:
-            return None
-        if not frame.f_code.co_filename.startswith(_INSIDE):
-            return frame
+    out: list[FrameType] = []
+    for _ in range(48):
+        if frame is None or len(out) >= most:
+            break
+        file = frame.f_code.co_filename
+        if out and file.startswith(_OUTSIDE):  # what runs the script (neuraldbg's launcher, runpy): its end
+            break
+        if not file.startswith(_INSIDE):
+            out.append(frame)
         frame = frame.f_back
-    return None
+    return out
 
 
 def _shown(file: str) -> str:
