@@ -943,3 +943,16 @@ def test_the_keeper_is_found_in_the_caller_when_a_helper_runs_the_step():
         keeper = rec.probe._graphs.keeper
     assert keeper is not None and (keeper.name, keeper.how) == ("total", "sum"), keeper
     assert keeper.expr.startswith("train_step(") and keeper.file.endswith("test_loop.py")
+
+
+def test_one_data_order_every_epoch_explains_no_blow_up_and_memory_growth_is_a_root():
+    sampler = _h(Kind.loop_misuse, 8, 0.85)
+    sampler.evidence = [{"type": "loop_health", "to": "sampler_epoch_fixed", "step": 8}]
+    ordered = rank([_h(Kind.exploding_gradient, 20, 0.95), sampler], slack=10, loss_window=10)
+    assert all(h.caused_by is None for h in ordered), [(h.kind, h.caused_by) for h in ordered]
+    never = _h(Kind.loop_misuse, 1, 0.92)
+    never.evidence = [{"type": "loop_health", "to": "grads_not_zeroed", "step": 1}]
+    ordered = rank([_h(Kind.exploding_gradient, 20, 0.95), never], slack=10, loss_window=10)
+    assert [h.caused_by for h in ordered] == [None, Kind.loop_misuse]
+    ordered = rank([_h(Kind.loss_plateau, 0, 0.95), _h(Kind.memory_growth, 0, 0.9)], slack=10, loss_window=10)
+    assert ordered[0].kind == Kind.memory_growth  # a root comes before a state of the network
