@@ -650,7 +650,7 @@ def _keep(mode, steps=30, every=10):
     model = _mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     g = torch.Generator().manual_seed(0)
-    total, losses, window = 0.0, [], deque(maxlen=5)
+    total, losses, outputs, window = 0.0, [], [], deque(maxlen=5)
     with Recorder(every) as rec:
         for _ in range(steps):
             x, y = torch.randn(16, 8, generator=g), torch.randint(0, 3, (16,), generator=g)
@@ -660,7 +660,7 @@ def _keep(mode, steps=30, every=10):
             loss.backward()
             opt.step()
             if mode == "outputs":  # the batch's outputs kept for an epoch metric, undetached
-                losses.append(out)
+                outputs.append(out)
             elif mode == "sum":
                 total += loss
             elif mode == "item":
@@ -692,7 +692,7 @@ def test_outputs_kept_with_their_graph_are_alive_though_the_loss_is_not():
     rec = _keep("outputs")
     g = rec.graphs
     assert [g[s].alive for s in (5, 20)] == [5, 11] and g[20].kept_loss == 0, g
-    assert rec.keeper is not None and (rec.keeper.name, rec.keeper.how, rec.keeper.expr) == ("losses", "append", "out")
+    assert rec.keeper is not None and (rec.keeper.name, rec.keeper.how, rec.keeper.expr) == ("outputs", "append", "out")
 
 
 @pytest.mark.parametrize("mode", ["item", "detach", "none", "window"])
