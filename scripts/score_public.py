@@ -47,7 +47,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CODE = ROOT / "scripts" / "public_code"
 KINDS = {"vanishing_gradient", "exploding_gradient", "dead_activation", "saturated_activation", "non_finite",
          "data_anomaly", "unchanged_weights", "no_gradient", "loss_plateau", "loss_divergence", "unstable_loss",
-         "normalization_fault", "residual_imbalance", "attention_collapse", "loss_misuse", "loop_misuse"}
+         "normalization_fault", "residual_imbalance", "attention_collapse", "loss_misuse", "loop_misuse",
+         "memory_growth"}
 
 
 def load_scorer():

@@ -1,13 +1,16 @@
 """The training-loop family (loop_misuse): gradients never zeroed between optimizer steps, told apart from intended
-accumulation, GAN loops, zero_grad(set_to_none=False) and manual zeroing. The probe's checks in-process, the
-classifier, machine and rule on hand-made records and events, the ranking, and real scripts through the CLI."""
+accumulation, GAN loops, zero_grad(set_to_none=False) and manual zeroing; the other loop bugs (zero_grad before
+step, clipping after it, one-class batches, an lr collapsed early, a DistributedSampler's epoch never set); the
+autograd graphs kept across steps (memory_growth); trained parameters outside every optimizer. The probe's checks
+in-process, the classifier, machine and rule on hand-made records and events, the ranking, and real scripts
+through the CLI."""
 import json
 import re
 
 import pytest
 import torch
 import torch.nn as nn
-from conftest import ASSETS, explain_json, run_cli
+from conftest import ASSETS, explain_json, run_cli, run_python
 
 from neuraldbg_cli.config import KNOWN_KINDS, Thresholds, parse_fail_on
 from neuraldbg_cli.probe.hooks import Probe
@@ -634,3 +637,322 @@ def test_verify_zero_grad_cures_it(tmp_path):
     assert entry["metric"]["trial"] < entry["metric"]["control"]
     trial = json.loads((run_dir / "verify" / "zero_grad" / "trial.json").read_text())
     assert trial["fix"]["applied"] > 0, trial
+
+
+# ---------------------------------------------------------------- graphs kept alive across steps (memory_growth)
+
+
+def _keep(mode, steps=30, every=10):
+    """A loop that keeps each step's loss as `mode` says; the loop runs inside this function (its frame's
+    f_locals is the snapshot the keeper search must not leave holding this step's tensors)."""
+    from collections import deque
+
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(0)
+    total, losses, outputs, window = 0.0, [], [], deque(maxlen=5)
+    with Recorder(every) as rec:
+        for _ in range(steps):
+            x, y = torch.randn(16, 8, generator=g), torch.randint(0, 3, (16,), generator=g)
+            opt.zero_grad()
+            out = model(x)
+            loss = nn.functional.cross_entropy(out, y)
+            loss.backward()
+            opt.step()
+            if mode == "outputs":  # the batch's outputs kept for an epoch metric, undetached
+                outputs.append(out)
+            elif mode == "sum":
+                total += loss
+            elif mode == "item":
+                total += loss.item()
+            elif mode == "detach":
+                total = total + loss.detach()
+            elif mode == "append":
+                losses.append(loss)
+            elif mode == "window":
+                window.append(loss)
+        rec.keeper = rec.probe._graphs.keeper
+    rec.graphs = {r.step: r.graphs for r in rec.records if r.graphs is not None}
+    return rec
+
+
+@pytest.mark.parametrize("mode,name,how", [("sum", "total", "sum"), ("append", "losses", "append")])
+def test_a_loss_kept_with_its_graph_every_step_is_alive_at_later_steps(mode, name, how):
+    rec = _keep(mode)
+    g = rec.graphs
+    assert sorted(g) == [*range(10), 10, 20]  # sampled steps only
+    assert [g[s].alive for s in (1, 5, 9, 10, 20)] == [1, 5, 9, 10, 11]  # every earlier sampled step
+    assert all(g[s].oldest == 0 and g[s].kept_loss == g[s].alive for s in (1, 20))
+    assert rec.keeper is not None and (rec.keeper.name, rec.keeper.how, rec.keeper.expr) == (name, how, "loss")
+    assert rec.keeper.line == next(i for i, s in enumerate(open(__file__).read().splitlines(), 1)
+                                   if s.strip().startswith(f"{name}{' +=' if how == 'sum' else '.append'}"))
+
+
+def test_outputs_kept_with_their_graph_are_alive_though_the_loss_is_not():
+    rec = _keep("outputs")
+    g = rec.graphs
+    assert [g[s].alive for s in (5, 20)] == [5, 11] and g[20].kept_loss == 0, g
+    assert rec.keeper is not None and (rec.keeper.name, rec.keeper.how, rec.keeper.expr) == ("outputs", "append", "out")
+
+
+@pytest.mark.parametrize("mode", ["item", "detach", "none", "window"])
+def test_a_number_a_detached_total_or_the_last_few_losses_keep_no_graph_for_long(mode):
+    rec = _keep(mode)
+    g = rec.graphs
+    assert g[20].alive == 0 and g[20].oldest == -1, g[20]  # sampled every 10 steps: none of them still alive
+    if mode == "window":  # the last 5 losses: alive while in the window, never older than it
+        assert g[9].alive == 5 and g[9].oldest == 4
+    else:
+        assert all(r.alive == 0 for r in g.values()), g
+    # the keeper search (run in the window's first steps) read the loop's frame: nothing of it stays alive
+    assert rec.keeper is None
+
+
+def test_a_recurrent_state_carried_undetached_is_the_keeper_and_its_detached_twin_keeps_nothing():
+    rnn, head = nn.GRUCell(4, 8), nn.Linear(8, 1)
+    torch.manual_seed(0)
+
+    def loop(detach):
+        h = torch.zeros(2, 8)
+        with Recorder(10) as rec:
+            for _ in range(12):
+                if detach:
+                    h = h.detach()
+                h = rnn(torch.randn(2, 4), h)
+                loss = head(h).pow(2).mean()
+                loss.backward(retain_graph=not detach)
+                for p in (*rnn.parameters(), *head.parameters()):
+                    p.data.add_(p.grad, alpha=-0.01)
+                    p.grad = None
+            rec.keeper = rec.probe._graphs.keeper
+        return rec
+
+    kept = loop(False)
+    g = {r.step: r.graphs for r in kept.records if r.graphs is not None}
+    assert g[9].alive == 9 and g[9].reached == 8 and g[9].retained  # this step's graph continues the last one
+    assert kept.keeper is not None and (kept.keeper.name, kept.keeper.how) == ("h", "carried")
+    free = loop(True)
+    assert all(r.graphs.alive == 0 and r.graphs.reached == -1 for r in free.records if r.graphs is not None)
+    assert free.keeper is None
+
+
+def _graph_events(readings):
+    """The loop observer's events for (step, alive, oldest) readings."""
+    from neuraldbg_cli.trace.events import GraphStats
+
+    events = []
+    mon = Monitor(TH, events.append)
+    for step, alive, oldest in readings:
+        mon.observe(StepRecord(step=step, sampled=True, graphs=GraphStats(alive, oldest, alive, -1, 1e8, False)))
+    mon.finish()
+    return [e for e in events if e.type == EventType.loop_health.value]
+
+
+def test_graphs_kept_needs_several_alive_reaching_far_back():
+    grow = [(s, min(s, 9 + s // 10), 0) for s in [*range(10), *range(10, 80, 10)]]
+    (ev,) = [e for e in _graph_events(grow) if e.to == "graphs_kept"]
+    assert ev.step == 20 and ev.metrics["since"] == 0  # 4+ alive and 20 steps back: from step 20, since step 0
+    window = [(s, min(s, 5), max(0, s - 5)) for s in range(80)]  # the last five losses kept: never far back
+    assert not [e for e in _graph_events(window) if e.to == "graphs_kept"]
+    epoch = [(s, min(s % 100, 3), 0) for s in range(0, 200, 10)]  # a few alive only
+    assert not [e for e in _graph_events(epoch) if e.to == "graphs_kept"]
+
+
+def _memory_ctx(keeper=None, reached=None, kept=11.0):
+    ev = SemanticEvent(type=EventType.loop_health.value, step=20, module=None, root=None, from_="normal",
+                       to="graphs_kept", site="loop", metrics={"alive": 11.0, "since": 0.0, "kept_loss": kept,
+                                                               "reached": reached, "memory": 2e8,
+                                                               "retain_graph": 0.0})
+    summary = SemanticEvent(type=EventType.run_summary.value, step=99, module=None, root=None, from_="running",
+                            to="finished", site="run", metrics={"steps": 100.0, "graphs_step": 90.0,
+                                                                "graphs_alive": 18.0, "graphs_since": 0.0,
+                                                                "graphs_memory": 3e8, "graphs_memory_first": 2e8})
+    facts = {"kept_graphs": keeper} if keeper else {}
+    return Context([ev, summary], models=[{"name": "Net", "facts": facts}])
+
+
+def test_memory_growth_names_the_keeper_its_line_and_the_fix():
+    from neuraldbg_cli.reason.families.loop import memory_growth
+
+    h = memory_growth(_memory_ctx({"name": "total", "how": "sum", "expr": "loss", "at": "train.py:41"}))
+    assert h.kind == Kind.memory_growth and h.confidence >= 0.9 and h.origin.step == 0
+    assert "at step 90 the graphs of 18 earlier sampled steps, back to step 0" in h.summary
+    assert "`total` at train.py:41 keeps them" in h.summary and "190.7 MB to 286.1 MB" in h.summary
+    assert h.suggestions[0].startswith("accumulate a number, not the tensor: `total += loss.item()` (train.py:41)")
+    carried = memory_growth(_memory_ctx({"name": "hidden", "how": "carried", "expr": "model(x, hidden)",
+                                         "at": "lm.py:9"}))
+    assert "continues the previous step's" in carried.summary
+    assert "`hidden = hidden.detach()` before lm.py:9" in carried.suggestions[0]
+    outputs = memory_growth(_memory_ctx({"name": "preds", "how": "append", "expr": "out", "at": "t.py:5"}, kept=0))
+    assert "tensors of every step are kept" in outputs.summary
+    assert outputs.suggestions[0] == "keep the values without their graph: `preds.append(out.detach())` (t.py:5)"
+    unplaced = memory_growth(_memory_ctx(reached=19.0))
+    assert "hidden = hidden.detach()" in unplaced.suggestions[0] and "keeps them" not in unplaced.summary
+    assert memory_growth(Context([])) is None
+
+
+def test_memory_growth_is_a_root_and_a_fail_on_kind():
+    from neuraldbg_cli.reason.families.causes import is_root_kind
+
+    assert "memory_growth" in KNOWN_KINDS and parse_fail_on("memory_growth") == ["memory_growth"]
+    assert is_root_kind(Hypothesis(kind=Kind.memory_growth, confidence=0.9, origin=Origin(module=None, step=0),
+                                   summary="", evidence=[], propagation=[], suggestions=[]))
+
+
+MEMORY = [("tensor", "running_loss", "running_loss += loss"), ("hidden", "hidden", "output, hidden = model(x, hidden)")]
+
+
+@pytest.mark.parametrize("keep,name,text", MEMORY, ids=[m[0] for m in MEMORY])
+def test_graphs_kept_across_steps_are_named_with_the_line_and_the_fix(observe, keep, name, text):
+    obs = observe("loop_memory.py", "--keep", keep)
+    assert obs.proc.returncode == 0, obs.proc.stderr
+    top = obs.top
+    assert top["kind"] == "memory_growth" and top["confidence"] >= 0.9 and top["origin"]["step"] == 0, top
+    line = _line("loop_memory.py", text)
+    assert f"`{name}` at tests/assets/{line} keeps them" in top["summary"], top["summary"]
+    fix = "running_loss += loss.item()" if keep == "tensor" else "hidden = hidden.detach()"
+    assert fix in top["suggestions"][0], top["suggestions"]
+    rss = [float(m) for m in re.findall(r"rss ([\d.]+) MB", obs.proc.stdout)]
+    assert len(rss) == 3 and rss[2] > rss[0], obs.proc.stdout  # the harm, as the plain script shows it
+    assert run_cli("explain", obs.run_dir, "--fail-on", "memory_growth").returncode == 3
+
+
+@pytest.mark.parametrize("keep", ["item", "detach"])
+def test_a_logged_number_and_truncated_bptt_are_quiet(observe, keep):
+    obs = observe("loop_memory.py", "--keep", keep)
+    assert obs.proc.returncode == 0, obs.proc.stderr
+    assert not [h for h in obs.report["hypotheses"] if h["kind"] == "memory_growth"], obs.report["hypotheses"]
+    assert not [h for h in obs.report["hypotheses"] if h["confidence"] >= 0.5], obs.report["hypotheses"]
+    assert run_cli("explain", obs.run_dir, "--fail-on", "memory_growth").returncode == 0
+
+
+@pytest.mark.parametrize("keep", ["tensor", "hidden"])
+def test_the_observed_run_trains_the_same(observe, keep):
+    """The losses the script prints are the same with and without neuraldbg (the tags sit in graph metadata)."""
+    plain = run_python(ASSETS / "loop_memory.py", "--keep", keep)
+    losses = lambda out: re.findall(r"loss ([\d.]+)", out)  # noqa: E731
+    assert losses(plain.stdout) == losses(observe("loop_memory.py", "--keep", keep).proc.stdout) != []
+
+
+# ---------------------------------------------------------------- DistributedSampler.set_epoch never called
+
+
+def _sampler_epochs(set_epoch, shuffle=True, epochs=3):
+    """A loop over a DataLoader with a DistributedSampler (rank 0 of 2, given explicitly: no process group)."""
+    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data.distributed import DistributedSampler
+
+    original = DistributedSampler.__iter__
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    ds = TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,)))
+    sampler = DistributedSampler(ds, num_replicas=2, rank=0, shuffle=shuffle, seed=0)
+    loader = DataLoader(ds, batch_size=8, sampler=sampler)
+    with Recorder(10) as rec:
+        assert DistributedSampler.__iter__ is not original
+        for epoch in range(epochs):
+            if set_epoch:
+                sampler.set_epoch(epoch)
+            for x, y in loader:
+                opt.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+        rec.sampler_at = rec.probe.models()[0].facts.get("sampler_at")
+    assert DistributedSampler.__iter__ is original  # the patch is removed on exit
+    return rec
+
+
+def test_the_probe_reads_each_iteration_of_a_distributed_sampler():
+    fixed = _sampler_epochs(False)
+    seen = [s for r in fixed.records for s in r.samplers.values()]
+    assert [(s.iterations, s.epoch, s.epochs, s.shuffle) for s in seen] == [(1, 0, 1, True), (2, 0, 1, True),
+                                                                             (3, 0, 1, True)]
+    line = next(i for i, s in enumerate(open(__file__).read().splitlines(), 1) if s.strip() == "for x, y in loader:")
+    assert all(s.line == line for s in seen) and fixed.sampler_at.endswith(f"test_loop.py:{line}")
+    given = _sampler_epochs(True)
+    assert [(s.iterations, s.epoch, s.epochs) for r in given.records for s in r.samplers.values()] == [
+        (1, 0, 1), (2, 1, 2), (3, 2, 3)]
+    assert given.sampler_at is None
+
+
+def _sampler_rule(stats):
+    from neuraldbg_cli.trace.events import SamplerStats
+
+    events = []
+    mon = Monitor(TH, events.append)
+    for step, s in enumerate(stats):
+        mon.observe(StepRecord(step=step * 10, sampled=True, samplers={0: SamplerStats(*s, line=7)} if s else {}))
+    mon.finish()
+    return loop_misuse(Context(events))
+
+
+def test_a_shuffling_sampler_iterated_again_at_the_same_epoch_is_named():
+    # (iterations, epoch, distinct epochs, shuffle) at each epoch's start, then a few steps without an iteration
+    h = _sampler_rule([(1, 0, 1, True), None, (2, 0, 1, True), None, (3, 0, 1, True), None])
+    assert h is not None and h.kind == Kind.loop_misuse and h.confidence >= 0.8 and h.origin.step == 20
+    assert "iterated 3 times (epochs) and its epoch was 0 every time" in h.summary and "line 7" in h.summary
+    assert h.suggestions[0].startswith("call sampler.set_epoch(epoch) at the start of each epoch")
+    assert _sampler_rule([(1, 0, 1, True), None, (2, 1, 2, True), None, (3, 2, 3, True), None]) is None
+    assert _sampler_rule([(1, 0, 1, False), None, (2, 0, 1, False), None, (3, 0, 1, False), None]) is None
+    assert _sampler_rule([(1, 0, 1, True), None, None, None]) is None  # one epoch: nothing to compare
+
+
+def test_an_unshuffled_sampler_is_not_judged():
+    rec = _sampler_epochs(False, shuffle=False)
+    assert rec.sampler_at is None and all(not s.shuffle for r in rec.records for s in r.samplers.values())
+
+
+# ---------------------------------------------------------------- trained parameters outside every optimizer
+
+
+def test_parameters_outside_every_optimizer_are_named_with_the_optimizer_that_leaves_them_out(observe):
+    obs = observe("loop_outside.py")
+    assert obs.proc.returncode == 0, obs.proc.stderr
+    top = obs.top
+    assert top["kind"] == "unchanged_weights" and top["origin"]["module"] == "head", top
+    assert "head is in no optimizer: Adam trains body.0 of Net only." in top["summary"], top["summary"]
+    tip = top["suggestions"][0]
+    assert tip.startswith("head get gradients but are not in any optimizer (Adam trains body.0 of Net only)")
+    assert "`optimizer.add_param_group({'params': model.head.parameters()})`" in tip, tip
+    healthy = observe("loop_outside.py", "--all")
+    assert healthy.report["status"] == "healthy", healthy.report["hypotheses"]
+
+
+def test_a_module_path_is_written_as_python_reaches_it():
+    from neuraldbg_cli.reason.families.weights import _attr_path
+
+    assert [_attr_path(m) for m in ("head", "layers.0.fc", "0")] == [".head", ".layers[0].fc", "[0]"]
+
+
+def test_the_keeper_is_found_in_the_caller_when_a_helper_runs_the_step():
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(0)
+
+    def train_step(x, y):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    with Recorder(10) as rec:
+        total = 0
+        for _ in range(12):
+            total = total + train_step(torch.randn(16, 8, generator=g), torch.randint(0, 3, (16,), generator=g))
+        keeper = rec.probe._graphs.keeper
+    assert keeper is not None and (keeper.name, keeper.how) == ("total", "sum"), keeper
+    assert keeper.expr.startswith("train_step(") and keeper.file.endswith("test_loop.py")
+
+
+def test_one_data_order_every_epoch_explains_no_blow_up_and_memory_growth_is_a_root():
+    sampler = _h(Kind.loop_misuse, 8, 0.85)
+    sampler.evidence = [{"type": "loop_health", "to": "sampler_epoch_fixed", "step": 8}]
+    ordered = rank([_h(Kind.exploding_gradient, 20, 0.95), sampler], slack=10, loss_window=10)
+    assert all(h.caused_by is None for h in ordered), [(h.kind, h.caused_by) for h in ordered]
+    never = _h(Kind.loop_misuse, 1, 0.92)
+    never.evidence = [{"type": "loop_health", "to": "grads_not_zeroed", "step": 1}]
+    ordered = rank([_h(Kind.exploding_gradient, 20, 0.95), never], slack=10, loss_window=10)
+    assert [h.caused_by for h in ordered] == [None, Kind.loop_misuse]
+    ordered = rank([_h(Kind.loss_plateau, 0, 0.95), _h(Kind.memory_growth, 0, 0.9)], slack=10, loss_window=10)
+    assert ordered[0].kind == Kind.memory_growth  # a root comes before a state of the network

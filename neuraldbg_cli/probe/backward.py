@@ -10,18 +10,27 @@ from typing import Any
 
 import torch
 
+from neuraldbg_cli.probe.graphwatch import GraphWatch
 from neuraldbg_cli.probe.guard import Guard
 from neuraldbg_cli.probe.records import Steps
 from neuraldbg_cli.probe.stepclock import StepClock
 
 
 class BackwardWatch:
-    """`begin()` before a pass (a due backward-counted step closes), `end(scaled)` after it."""
+    """`begin()` before a pass (a due backward-counted step closes), `end(scaled)` after it; `graphs` sees each
+    pass's loss (graphs kept alive across steps)."""
 
     def __init__(
-        self, steps: Steps, clock: StepClock, guard: Guard, begin: Callable[[], None], end: Callable[[bool], None]
+        self,
+        steps: Steps,
+        clock: StepClock,
+        guard: Guard,
+        begin: Callable[[], None],
+        end: Callable[[bool], None],
+        graphs: GraphWatch | None = None,
     ) -> None:
         self._steps, self._clock, self._guard, self._begin, self._end = steps, clock, guard, begin, end
+        self._graphs = graphs
         self._in_backward = False  # a backward called inside one (a hook's own autograd call) is not a pass
         self._scaled: set[int] = set()  # id() of GradScaler outputs whose unscaled loss is already kept
 
@@ -39,6 +48,10 @@ class BackwardWatch:
                     loss = _loss_tensor(tensors)
                     scaled = watch._record_loss(loss)
                     watch._settle(loss)
+                    buf = watch._steps.buf
+                    if buf.sampled and watch._graphs is not None:  # (sampled steps only: no call on the others)
+                        retain = args[1] if len(args) > 1 else kwargs.get("retain_graph")
+                        watch._graphs.capture(buf, loss, bool(retain))
                 except Exception as e:  # noqa: BLE001
                     watch._guard.fault("backward", e)
                 result = original(tensors, *args, **kwargs)

@@ -33,6 +33,7 @@ from torch.optim import optimizer as _optimizer
 
 from neuraldbg_cli.probe.backward import BackwardWatch
 from neuraldbg_cli.probe.gradreader import GradReader
+from neuraldbg_cli.probe.graphwatch import GraphWatch, Keeper
 from neuraldbg_cli.probe.guard import Guard
 from neuraldbg_cli.probe.hookset import HookSet
 from neuraldbg_cli.probe.loopprobe import LoopSite, LoopWatch
@@ -47,6 +48,15 @@ from neuraldbg_cli.probe.registry import Registry
 from neuraldbg_cli.probe.rootfinder import RootFinder
 from neuraldbg_cli.probe.roots import Root
 from neuraldbg_cli.trace.events import ModelInfo, StepRecord
+
+
+def _distributed_sampler() -> type | None:
+    """torch.utils.data.distributed.DistributedSampler, if this torch has it (imported by torch.utils.data)."""
+    try:
+        from torch.utils.data.distributed import DistributedSampler
+    except ImportError:  # a torch built without it
+        return None
+    return DistributedSampler
 
 
 def every_n(n: int, warmup: int = 10) -> Callable[[int], bool]:
@@ -83,7 +93,10 @@ class Probe:
         self._forward = ForwardObserver(
             steps, self._finder, guard, begin=pacer.close_due, models_changed=self.outbox.models_changed
         )
-        self._backward = BackwardWatch(steps, pacer.clock, guard, begin=pacer.backward_begin, end=pacer.backward_end)
+        self._graphs = GraphWatch(guard, self._keeper_found)
+        self._backward = BackwardWatch(
+            steps, pacer.clock, guard, begin=pacer.backward_begin, end=pacer.backward_end, graphs=self._graphs
+        )
         self.hooks = HookSet()
 
     def install(self) -> HookSet:
@@ -102,6 +115,10 @@ class Probe:
             for name, at in (("clip_grad_norm_", 1), ("clip_grad_value_", None)):
                 if name in space.__dict__:
                     h.patch(space, name, pacer.wrap_clip(space.__dict__[name], at))
+        # a DistributedSampler's epoch at each epoch's iteration (set_epoch never called: the same order each epoch)
+        sampler = _distributed_sampler()
+        if sampler is not None and "__iter__" in sampler.__dict__:
+            h.patch(sampler, "__iter__", pacer.wrap_sampler_iter(sampler.__dict__["__iter__"]))
         scaler = getattr(torch.amp, "GradScaler", None)
         if scaler is not None and "scale" in scaler.__dict__:
             h.patch(scaler, "scale", self._backward.wrap_scale(scaler.scale))
@@ -129,10 +146,17 @@ class Probe:
     def flush(self) -> None:
         self.outbox.flush()
 
-    def _loop_kept(self, site: LoopSite) -> None:
-        """An optimizer's gradients were found kept across its steps: model.json names the lines of its step() and
-        backward() calls (announced before the records that show it reach the monitor)."""
-        self._opts.notes[site.opt_id] = site.note()
+    def _loop_kept(self, site: LoopSite | None) -> None:
+        """An optimizer's gradients were found kept across its steps (or, `site` None, a sampler's epoch unchanged):
+        model.json names the lines of its step() and backward() calls (of the loop over the sampler), announced
+        before the records that show it reach the monitor."""
+        if site is not None:
+            self._opts.notes[site.opt_id] = site.note()
+        self.outbox.models_changed()
+
+    def _keeper_found(self, keeper: Keeper) -> None:
+        """The script's variable that keeps the steps' graphs alive was found: model.json names it (`kept_graphs`
+        among the facts of each model), announced before the records that show the graphs kept."""
         self.outbox.models_changed()
 
     def _forget_params(self) -> None:
@@ -177,10 +201,20 @@ class Probe:
         are among its facts."""
         optimized, described = self._opts.optimized_ids(), self._opts.describe()
         infos = [root.info(optimized) for root in self.reg.roots if not root.absorbed]
+        keeper = self._graphs.keeper
         for info in infos:
             trained_by = optimizer_facts(described, info.name)
             if trained_by:
                 info.facts["optimizers"] = trained_by
+            if self._loop.sampler_at:
+                info.facts["sampler_at"] = self._loop.sampler_at
+            if keeper is not None:
+                info.facts["kept_graphs"] = {
+                    "name": keeper.name,
+                    "how": keeper.how,
+                    "expr": keeper.expr,
+                    "at": f"{keeper.file}:{keeper.line}",
+                }
         return infos
 
     def optimizer_info(self) -> list[dict[str, Any]]:

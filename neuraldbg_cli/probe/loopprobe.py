@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -118,6 +118,28 @@ class ClearLayout(NamedTuple):
     cleared: float | None = None
 
 
+class SamplerLayout(NamedTuple):
+    """A DistributedSampler iterated (host values): its number, how many times it has been iterated, its epoch
+    now, how many distinct epochs its iterations saw, whether it shuffles, the script line of the loop over it."""
+
+    number: int
+    iterations: int
+    epoch: int
+    epochs: int
+    shuffle: bool
+    line: int
+
+
+class _Sampler:
+    """What the probe remembers of one DistributedSampler (held weakly, by the sampler)."""
+
+    __slots__ = ("index", "iterations", "epochs", "at", "line")
+
+    def __init__(self, index: int) -> None:
+        self.index, self.iterations, self.epochs = index, 0, set[int]()
+        self.at, self.line = "", 0
+
+
 class _After(NamedTuple):
     """An optimizer's gradient as a backward pass of a sampled step left it: the parameter it is read off and
     whether its slice held a non-zero (a device bool, or a host bool on the CPU)."""
@@ -191,14 +213,17 @@ def _slice(g: torch.Tensor) -> torch.Tensor | None:
 
 class LoopWatch:
     """Fed by the pacer: `post_step` (an outermost optimizer step ended), `backward_begin`, `pre_step` (the next
-    outermost step begins); `on_kept(site)` is called the first time a check of an optimizer reads "kept"."""
+    outermost step begins), `sampler_iter`; `on_kept(site)` is called the first time a check of an optimizer
+    reads "kept" (None: a sampler's epoch found unchanged), so that model.json names the lines."""
 
-    def __init__(self, sets: ParamSets, guard: Guard, on_kept: Callable[[LoopSite], None]) -> None:
+    def __init__(self, sets: ParamSets, guard: Guard, on_kept: Callable[[LoopSite | None], None]) -> None:
         self._sets, self._guard, self._on_kept = sets, guard, on_kept
         self._sites: weakref.WeakKeyDictionary[torch.optim.Optimizer, LoopSite] = weakref.WeakKeyDictionary()
         self._open: weakref.WeakKeyDictionary[torch.optim.Optimizer, _Interval] = weakref.WeakKeyDictionary()
         self._after: weakref.WeakKeyDictionary[torch.optim.Optimizer, _After] = weakref.WeakKeyDictionary()
         self._count = 0
+        self._samplers: weakref.WeakKeyDictionary[Any, _Sampler] = weakref.WeakKeyDictionary()
+        self.sampler_at = ""  # "file:line" of the loop over the first sampler found iterated with an unchanged epoch
         self._last: weakref.ref | None = None  # the optimizer that stepped last
         self._fresh = False  # a step ended and no backward pass began since: gradients the step already applied
 
@@ -299,6 +324,29 @@ class LoopWatch:
                     site.clip_line, site.clip_max = line, max_norm
                     self._on_kept(site)  # model.json names the lines
             buf.extend("loopclip", site.index, [], ClipLayout(site, root, module, float(self._fresh), line))
+        except Exception as e:  # noqa: BLE001
+            self._guard.fault("loop", e)
+
+    def sampler_iter(self, sampler: Any, buf: StepBuffer) -> None:
+        """A DistributedSampler is iterated (an epoch's `for batch in loader` begins): its epoch then, against the
+        epochs of its earlier iterations. Without `set_epoch(epoch)` every epoch draws the same order."""
+        if "loop" in self._guard.off:
+            return
+        try:
+            seen = self._samplers.get(sampler)
+            if seen is None:
+                seen = self._samplers[sampler] = _Sampler(len(self._samplers))
+            epoch = int(getattr(sampler, "epoch", 0))
+            seen.iterations += 1
+            if len(seen.epochs) < 64:
+                seen.epochs.add(epoch)
+            seen.at, seen.line = _where()
+            shuffle = bool(getattr(sampler, "shuffle", False))
+            if shuffle and seen.iterations >= 2 and len(seen.epochs) == 1 and not self.sampler_at:
+                self.sampler_at = f"{seen.at}:{seen.line}"
+                self._on_kept(None)  # model.json names the line
+            lay = SamplerLayout(seen.index, seen.iterations, epoch, len(seen.epochs), shuffle, seen.line)
+            buf.extend("sampler", seen.index, [], lay)
         except Exception as e:  # noqa: BLE001
             self._guard.fault("loop", e)
 

@@ -172,6 +172,19 @@ class StepPacer:
         clip.__wrapped__ = original  # type: ignore[attr-defined]
         return clip
 
+    def wrap_sampler_iter(self, original: Callable) -> Callable:
+        """DistributedSampler.__iter__, patched: the loop notes each sampler's epoch as an epoch's iteration over
+        it begins (loopprobe.LoopWatch.sampler_iter)."""
+        pacer = self
+
+        def __iter__(sampler: Any) -> Any:
+            if pacer._guard.mine():
+                pacer._loop.sampler_iter(sampler, pacer._steps.buf)
+            return original(sampler)
+
+        __iter__.__wrapped__ = original  # type: ignore[attr-defined]
+        return __iter__
+
     def _drop_discarded(self, obj: Any) -> None:
         """A zero_grad that no step close preceded: when it discards every gradient the models hold, the
         backward passes since the last optimizer step served no update (an adversarial attack's inner loop

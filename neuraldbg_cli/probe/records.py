@@ -22,10 +22,12 @@ from neuraldbg_cli.trace.events import (
     ActStats,
     AttnStats,
     GradStats,
+    GraphStats,
     LoopStats,
     LossCallStats,
     NormStats,
     ResidStats,
+    SamplerStats,
     StepRecord,
 )
 
@@ -41,7 +43,7 @@ HOLD_LIMIT = 1 << 22
 class Slot(NamedTuple):
     """Where some of a buffer's parts go on the host (see `_place`)."""
 
-    what: str  # "loss", "full", "grad", "weight", "update", "checksum", "norm", "loss_call", "resid", "attn", "loop", "loopclear" or "loopclip"
+    what: str  # "loss", "full", "grad", "weight", "update", "checksum", "norm", "loss_call", "resid", "attn", "loop", "loopclear", "loopclip", "sampler" or "graphs"
     key: Any  # the series, the site (root, module, site), or the parameters' owners
     length: int  # values in the parts
     extra: Any  # what `_place` needs besides the values (a Layout, norm factors) or None
@@ -332,6 +334,10 @@ def _place(rec: StepRecord, what: str, key: Any, chunk: list[float], extra: Any)
     elif what == "loopclip":  # key: the optimizer's number; extra: a loopprobe.ClipLayout (host values)
         _loop_stats(rec, key, extra).clipped = extra.after
         rec.loop[key].clip_line = extra.line
+    elif what == "sampler":  # key: the sampler's number; extra: a loopprobe.SamplerLayout (host values)
+        rec.samplers[key] = SamplerStats(extra.iterations, extra.epoch, extra.epochs, extra.shuffle, extra.line)
+    elif what == "graphs":  # extra: a graphwatch.GraphLayout (host values)
+        rec.graphs = GraphStats(extra.alive, extra.oldest, extra.kept_loss, extra.reached, extra.mem, extra.retained)
     elif what == "checksum":  # per parameter, kept apart: the module changed if any of its parameters did
         for owner, v in zip(key, chunk):
             gs = rec.grads.get(owner)

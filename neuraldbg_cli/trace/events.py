@@ -39,6 +39,7 @@ class Kind(str, Enum):
     attention_collapse = "attention_collapse"  # attention logits grow without bound, rows collapse to one-hot
     loss_misuse = "loss_misuse"  # the loss is called wrongly (broadcasting target, softmax before cross_entropy...)
     loop_misuse = "loop_misuse"  # the training loop calls the API wrongly (gradients never zeroed between steps...)
+    memory_growth = "memory_growth"  # each step's autograd graph kept alive across steps (`total += loss`...)
     rank_divergence = "rank_divergence"  # distributed: replicas that should be identical differ
     rank_desync = "rank_desync"  # distributed: ranks disagree on how far they trained
 
@@ -135,6 +136,8 @@ class LoopState(str, Enum):
     zeroed_before_step = "zeroed_before_step"  # there after backward(), gone at step(): the step applies nothing
     clipped_after_step = "clipped_after_step"  # clip_grad_norm_/value_ right after step(): it clips nothing applied
     single_class_batches = "single_class_batches"  # every batch one class, the batches several: sorted, unshuffled
+    sampler_epoch_fixed = "sampler_epoch_fixed"  # a shuffling DistributedSampler's epoch never set: one order
+    graphs_kept = "graphs_kept"  # the autograd graphs of earlier steps stay alive: memory grows with the run
 
 
 class EventType(str, Enum):
@@ -342,6 +345,35 @@ class LoopStats:
     clip_line: int = 0
 
 
+@dataclass(slots=True)
+class SamplerStats:
+    """A DistributedSampler as an epoch's iteration over it began (loopprobe.py): how many times it has been
+    iterated, its epoch now, the distinct epochs its iterations saw, whether it shuffles, the script line of the
+    loop over it."""
+
+    iterations: int
+    epoch: int
+    epochs: int
+    shuffle: bool
+    line: int = 0
+
+
+@dataclass(slots=True)
+class GraphStats:
+    """A sampled step's reading of the autograd graphs kept from earlier steps (graphwatch.py): `alive`, earlier
+    sampled steps with a node of their graph still alive, `oldest` the first of them (-1: none), `kept_loss` those
+    whose loss tensor's own node is alive, `reached` the earliest step this step's graph continues (-1: none),
+    `mem` memory in use (bytes: the device allocator's, else the process's resident set), `retained`:
+    backward(retain_graph=True) this step."""
+
+    alive: int
+    oldest: int
+    kept_loss: int
+    reached: int
+    mem: float
+    retained: bool
+
+
 @dataclass
 class StepRecord:
     """Everything observed for one training step. On unsampled steps `acts`/`inputs` hold only a
@@ -358,6 +390,8 @@ class StepRecord:
     resid: dict[tuple[str, str], ResidStats] = field(default_factory=dict)  # (root, block) -> sampled steps only
     attn: dict[tuple[str, str], AttnStats] = field(default_factory=dict)  # (root, module) -> sampled steps only
     loop: dict[int, LoopStats] = field(default_factory=dict)  # optimizer (in the order first checked) -> its interval
+    graphs: GraphStats | None = None  # sampled steps: autograd graphs of earlier steps still alive
+    samplers: dict[int, SamplerStats] = field(default_factory=dict)  # DistributedSamplers iterated in this step
     time: float | None = None  # when the step closed (perf_counter seconds): per-rank step times
     active: set[str] | None = None  # roots whose forward ran this step (None: unknown, judge all)
     # per optimizer stepped in this step, the (root, module) owners of its parameters (one shared, cached

@@ -305,3 +305,51 @@ def test_independent_ranks_are_never_compared():
 
     runs = [_rank_run(0, 40, 0, ()), _rank_run(1, 30, 0, ())]  # no DDP/FSDP, no averaged gradients
     assert crossrank.desync(runs, Thresholds()) is None and crossrank.divergence(runs, Thresholds()) is None
+
+
+# ---------------------------------------------------------------- DistributedSampler.set_epoch never called
+
+SAMPLER = str(ASSETS / "loop_ddp_sampler.py")
+
+
+def sampler_job(set_epoch: bool, tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path]:
+    """loop_ddp_sampler.py as a 2-rank job (4 epochs of 8 batches per rank), with or without set_epoch; run
+    again, once, if gloo's exit aborted a rank after the verdict."""
+    key = f"sampler-{set_epoch}"
+    if key not in _jobs:
+        args = [SAMPLER, *(["--set-epoch"] if set_epoch else [])]
+        for _ in range(3):
+            cwd = tmp_path_factory.mktemp(key)
+            proc = torchrun(*args, cwd=cwd)
+            if not gloo_exit_abort(proc):
+                break
+        dirs = [p for p in (cwd / "runs").iterdir() if p.name != "latest"]
+        assert len(dirs) == 1, (dirs, proc.stderr[-3000:])
+        _jobs[key] = (proc, dirs[0])
+    return _jobs[key]
+
+
+def test_a_distributed_sampler_whose_epoch_is_never_set_is_named_with_the_fix(tmp_path_factory):
+    proc, run_dir = sampler_job(False, tmp_path_factory)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    orders = [line.split(" loss")[0].split("indices ")[1] for line in proc.stdout.splitlines() if "indices" in line]
+    assert len(orders) == 4 and len(set(orders)) == 1  # the harm, as the plain script prints it: one order
+    top = explain_json(run_dir)["hypotheses"][0]
+    assert top["kind"] == "loop_misuse" and top["confidence"] >= 0.8 and top["ranks"] == [0, 1], top
+    loop_line = next(i for i, s in enumerate(Path(SAMPLER).read_text().splitlines(), 1)
+                     if s.strip().startswith("for xb, yb, idx in loader"))
+    assert "epoch is never set" in top["summary"] and "iterated 4 times (epochs)" in top["summary"], top["summary"]
+    assert f"loop_ddp_sampler.py:{loop_line}" in top["summary"]
+    assert top["suggestions"][0].startswith("call sampler.set_epoch(epoch) at the start of each epoch")
+    assert any(e.get("to") == "sampler_epoch_fixed" for e in top["evidence"])
+    assert run_cli("explain", run_dir, "--fail-on", "loop_misuse").returncode == 3
+
+
+def test_a_distributed_sampler_given_its_epoch_is_quiet(tmp_path_factory):
+    proc, run_dir = sampler_job(True, tmp_path_factory)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    orders = [line.split(" loss")[0] for line in proc.stdout.splitlines() if "indices" in line]
+    assert len(set(o.split("indices ")[1] for o in orders)) == 4
+    report = explain_json(run_dir)
+    assert report["status"] == "healthy", report["hypotheses"]
+    assert "sampler_epoch_fixed" not in "".join(p.read_text() for p in run_dir.glob("events.rank*.jsonl"))

@@ -100,6 +100,7 @@ CONDITIONS: dict[str, Pair] = {
     "effect_sign_error": lambda c, e: falls_without_bound(e),
     # an lr a thousand times below its peak moves the weights by less than their float resolution
     "lr_collapsed": lambda c, e: any(ev.get("to") == "lr_collapsed" for ev in c.evidence),
+    "one_order": lambda c, e: bool(c.evidence) and all(ev.get("to") == "sampler_epoch_fixed" for ev in c.evidence),
 }
 CROSS_MODEL = {"opponent_wins"}  # conditions whose mechanism acts from one model on another (a GAN's game)
 # what a normalisation fault that acts in training causes: the layers after it see badly scaled values
@@ -118,27 +119,31 @@ _DRIFT = ((Kind.normalization_fault, "effect_acts_in_training"),)  # (`unless`: 
 _SIGN = ((Kind.loss_divergence, "effect_sign_error"),)  # a loss falling without bound is its own cause (its sign)
 
 
+_LOOP_EFFECTS = (
+    Kind.exploding_gradient,
+    Kind.loss_divergence,
+    Kind.unstable_loss,
+    Kind.non_finite,
+    Kind.loss_plateau,
+    Kind.saturated_activation,
+    Kind.dead_activation,
+    Kind.vanishing_gradient,
+    Kind.no_gradient,
+    Kind.residual_imbalance,
+    Kind.attention_collapse,
+    Kind.normalization_fault,
+)
+
+
 CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the first cause that holds
     # gradients never zeroed: each step applies the sum of every gradient so far, an update that grows step after
     # step like an ever larger learning rate, with all that a blow-up brings (from the second step on)
     Kind.loop_misuse: Causes(
-        (
-            Kind.exploding_gradient,
-            Kind.loss_divergence,
-            Kind.unstable_loss,
-            Kind.non_finite,
-            Kind.loss_plateau,
-            Kind.saturated_activation,
-            Kind.dead_activation,
-            Kind.vanishing_gradient,
-            Kind.no_gradient,
-            Kind.residual_imbalance,
-            Kind.attention_collapse,
-            Kind.normalization_fault,
-        ),
+        _LOOP_EFFECTS,
         needs_training=True,
         when=((Kind.unchanged_weights, "lr_collapsed"),),
-        unless=_DRIFT,
+        # the same data order every epoch (a DistributedSampler's epoch never set) blows up and stalls nothing
+        unless=_DRIFT + tuple((k, "one_order") for k in _LOOP_EFFECTS),
     ),
     # the loss called wrongly: the model cannot learn what the loss asks (or is pushed without bound)
     Kind.loss_misuse: Causes(
@@ -260,6 +265,7 @@ _HOW: dict[tuple[Kind, Kind | None], str] = {
     (Kind.loss_misuse, None): "the loss as called cannot be minimised the way training needs",
     (Kind.loop_misuse, None): "gradients never zeroed add up over the steps, so each update is the sum of every "
     "gradient so far and grows like an ever larger learning rate",
+    (Kind.memory_growth, None): "every step's graph kept alive adds to the memory and to each backward pass",
     (Kind.data_anomaly, Kind.normalization_fault): "NaN/Inf in a batch is written into the running statistics",
     (Kind.data_anomaly, None): "every forward pass starts from these values",
     (Kind.normalization_fault, None): "the layers after it receive values it failed to normalise",
@@ -309,7 +315,7 @@ def acts_at_once(h: Hypothesis) -> bool:
 # Kinds that name something the user did (a bug in the loss call or the loop, a layer in the wrong mode,
 # parameters no optimizer moves, broken data), not a state the network got into: a root, when nothing
 # present explains it, comes before the states of the network
-_ROOT_KINDS = {Kind.loss_misuse, Kind.loop_misuse, Kind.unchanged_weights, Kind.no_gradient}
+_ROOT_KINDS = {Kind.loss_misuse, Kind.loop_misuse, Kind.memory_growth, Kind.unchanged_weights, Kind.no_gradient}
 
 
 def summed_only(h: Hypothesis) -> bool:

@@ -21,6 +21,12 @@ passes run inside its step.
 - clipped_after_step: clip_grad_norm_/clip_grad_value_ was called right after the optimizer's step, with no
   backward pass since: the step applied the unclipped gradients (its own machine, every call judged).
 
+- sampler_epoch_fixed: a DistributedSampler with shuffle=True iterated twice or more (epochs) with its epoch never
+  changed (set_epoch() never called): the same permutation every epoch (one machine per sampler).
+- graphs_kept (kind memory_growth, one machine for the run): on sampled steps, the autograd graphs of earlier
+  steps still alive (probe/graphwatch.py): at least MIN_ALIVE earlier sampled steps' graphs, the oldest SPAN
+  steps back or more; a loop keeps the last few steps' graphs at most (the `loss` variable, a short window).
+
 The event names the parameter's model and module (`root`, `module`) and carries `optimizer` (its number),
 `line` (the script line of its step() call), `backward_line` (of the first backward() checked after it), `passes`
 (backward passes between the two steps) and `stale_share` (|gradient after the previous step| / |gradient now|, on
@@ -36,7 +42,16 @@ from neuraldbg_cli.reason.families.context import Context, Event, _lr_history
 from neuraldbg_cli.reason.families.evidence import _hyp, _still
 from neuraldbg_cli.reason.families.lossfn import LOSS_NAMES
 from neuraldbg_cli.reason.fixspec import fix
-from neuraldbg_cli.trace.events import EventType, Hypothesis, Kind, LoopState, LoopStats, Origin, StepRecord
+from neuraldbg_cli.trace.events import (
+    EventType,
+    Hypothesis,
+    Kind,
+    LoopState,
+    LoopStats,
+    Origin,
+    SamplerStats,
+    StepRecord,
+)
 
 S = LoopState
 SITE = "loop"
@@ -56,13 +71,71 @@ MIN_CHECKS = 5  # sampled batches read before "every batch holds one class" is s
 ONE_CLASS_SHARE = 0.8  # of them, at least this share hold a single class
 
 
+MIN_ALIVE = 4  # earlier sampled steps whose graphs are alive at once
+SPAN = 20  # steps back the oldest of them is (a window of the last few losses kept stays under it)
+
+
 class LoopObserver(Observer):
-    """Per record: each optimizer's interval checked (sampled steps), one machine per optimizer; and per class
-    loss, whether its batches each hold one class (one machine per loss)."""
+    """Per record: each optimizer's interval checked (sampled steps), one machine per optimizer; per class
+    loss, whether its batches each hold one class (one machine per loss); the graphs kept across steps."""
 
     def __init__(self, board: Board) -> None:
         super().__init__(board)
         self.batches: dict[str, tuple[int, int, frozenset[float]]] = {}  # loss -> (read, one class, classes seen)
+        self.samplers: dict[int, SamplerStats] = {}  # DistributedSampler -> its latest iteration
+        self.mem_first: float | None = None  # memory in use at the first reading
+        self.kept_last: dict[str, Any] | None = None  # the latest reading with graphs kept
+
+    def _graphs(self, rec: StepRecord) -> None:
+        """Autograd graphs of earlier steps still alive: something keeps every step's graph."""
+        g = rec.graphs
+        assert g is not None
+        if self.mem_first is None and g.mem == g.mem:
+            self.mem_first = g.mem
+        kept = g.alive >= MIN_ALIVE and g.oldest >= 0 and rec.step - g.oldest >= SPAN
+        metrics: dict[str, Any] = {
+            "alive": g.alive,
+            "since": g.oldest if g.oldest >= 0 else None,
+            "kept_loss": g.kept_loss,
+            "reached": g.reached if g.reached >= 0 else None,
+            "memory": g.mem if g.mem == g.mem else None,
+            "retain_graph": float(g.retained),
+        }
+        if kept:
+            self.kept_last = {"step": rec.step, **metrics}
+        state = S.graphs_kept.value if kept else S.normal.value
+        self.board.feed(
+            ("loopgraphs",), S.normal.value, state, rec.step, metrics, EventType.loop_health.value, SITE, None, None
+        )
+
+    def _samplers(self, rec: StepRecord) -> None:
+        """A shuffling DistributedSampler iterated again with its epoch unchanged: set_epoch() is never called, so
+        every epoch draws the same order. Fed at its iterations and at sampled steps (its latest iteration)."""
+        self.samplers.update(rec.samplers)
+        for k, st in self.samplers.items():
+            fixed = st.shuffle and st.iterations >= 2 and st.epochs == 1
+            state = S.sampler_epoch_fixed.value if fixed else S.normal.value
+            metrics: dict[str, Any] = {
+                "sampler": k,
+                "iterations": st.iterations,
+                "epoch": st.epoch,
+                "epochs": st.epochs,
+                "line": st.line or None,
+            }
+            etype = EventType.loop_health.value
+            self.board.feed(("loopsampler", k), S.normal.value, state, rec.step, metrics, etype, SITE, None, None)
+
+    def summary(self) -> dict[str, Any]:
+        """With graphs kept: the latest such reading (`graphs_*`) and the memory at the first reading; with a
+        sampler's epoch never set, its iterations by the end (`sampler_iterations`)."""
+        out: dict[str, Any] = {}
+        fixed = [st for st in self.samplers.values() if st.shuffle and st.epochs == 1 and st.iterations >= 2]
+        if fixed:
+            out["sampler_iterations"] = max(st.iterations for st in fixed)
+        if self.kept_last is not None:
+            out.update({f"graphs_{k}": v for k, v in self.kept_last.items()})
+            out["graphs_memory_first"] = self.mem_first
+        return out
 
     def _batches(self, rec: StepRecord) -> None:
         """Batches of one class each, while together they span several: a loader over data sorted by label."""
@@ -90,6 +163,10 @@ class LoopObserver(Observer):
     def observe(self, rec: StepRecord) -> None:
         if rec.loss_calls:
             self._batches(rec)
+        if rec.graphs is not None:
+            self._graphs(rec)
+        if rec.samplers or (self.samplers and rec.sampled):
+            self._samplers(rec)
         for k, s in rec.loop.items():
             if s.cleared >= 0:  # its own machine: the two checks read different moments of the loop
                 cleared = S.zeroed_before_step.value if s.cleared >= 0.5 else S.normal.value
@@ -151,12 +228,14 @@ def _where(at: str) -> str:
 
 def loop_misuse(ctx: Context) -> Hypothesis | None:
     """One hypothesis for the loop: the bug that does most (a step that applies nothing, then gradients summed
-    over steps, batches of one class, clipping that clips nothing, an lr that collapsed)."""
+    over steps, batches of one class, clipping that clips nothing, the same data order every epoch, an lr that
+    collapsed)."""
     for state, build in (
         (S.zeroed_before_step, _zeroed_before_step),
         (S.grads_not_zeroed, _never_zeroed),
         (S.single_class_batches, _single_class_batches),
         (S.clipped_after_step, _clipped_after_step),
+        (S.sampler_epoch_fixed, _sampler_epoch_fixed),
     ):
         evs = ctx.select(types=[EventType.loop_health.value], to=[state.value], sites=[SITE])
         if evs:
@@ -377,4 +456,133 @@ def _clipped_after_step(ctx: Context, evs: list[Event]) -> Hypothesis:
     return _finish(h, site, clip_at=clip_at)
 
 
-FAMILY = Family("loop", LoopObserver, (loop_misuse,))
+SAMPLER_CONFIDENCE = 0.85  # read directly (the sampler's own epoch); how much one order hurts is the run's to say
+
+
+def _sampler_epoch_fixed(ctx: Context, evs: list[Event]) -> Hypothesis:
+    """DistributedSampler(shuffle=True) iterated epoch after epoch with its epoch never changed: its permutation is
+    seeded by seed + epoch, so every epoch visits the data in the same order (on every rank)."""
+    first = min(evs, key=lambda e: e.step)
+    latest = max(evs, key=lambda e: e.step)
+    at = next((str(m["facts"]["sampler_at"]) for m in ctx.models if (m.get("facts") or {}).get("sampler_at")), "")
+    line = latest.metrics.get("line")
+    where = at or (f"line {int(line)}" if line else "")
+    epoch = int(latest.metrics.get("epoch") or 0)
+    summaries = ctx.select(types=[EventType.run_summary.value])
+    ran = summaries[-1].metrics.get("sampler_iterations") if summaries else None
+    times = int(ran or latest.metrics.get("iterations") or 0)
+    summary = (
+        f"The DistributedSampler's epoch is never set: the loader over it{' at ' + where if where else ''} was "
+        f"iterated {times} times (epochs) and its epoch was {epoch} every "
+        "time, so its shuffle draws the same permutation each epoch: every epoch visits the data in the same "
+        "order, each rank the same slice of it."
+    )
+    tips = [
+        "call sampler.set_epoch(epoch) at the start of each epoch, before the loop over the loader"
+        f"{_where(where)}: `for epoch in range(epochs): sampler.set_epoch(epoch); for batch in loader: ...`",
+    ]
+    h = _hyp(Kind.loop_misuse, SAMPLER_CONFIDENCE, None, first.step, summary, evs, tips)
+    h.origin = Origin(module=None, step=first.step, root=None)
+    for e in h.evidence:
+        if where:
+            e["loop_at"] = where
+    return h
+
+
+MEMORY_CONFIDENCE = 0.9  # read directly: the graphs of many earlier steps were alive at once
+
+
+def _mb(v: Any) -> str:
+    return f"{float(v) / 2**20:.1f} MB"
+
+
+def memory_growth(ctx: Context) -> Hypothesis | None:
+    """Each step's autograd graph kept alive across steps: the loss summed as a tensor (`total += loss`) or
+    appended to a list, a recurrent state carried into the next step without `.detach()`. Memory grows with
+    every step (after backward() only the graph's nodes stay; with retain_graph=True its saved tensors too),
+    and a graph that continues the previous one makes every backward pass longer."""
+    evs = ctx.select(types=[EventType.loop_health.value], to=[S.graphs_kept.value], sites=[SITE])
+    if not evs:
+        return None
+    first = min(evs, key=lambda e: e.step)
+    m = first.metrics
+    summaries = ctx.select(types=[EventType.run_summary.value])
+    last = summaries[-1].metrics if summaries else {}
+    since = int(m.get("since") or 0)
+    at = int(last.get("graphs_step") or first.step)
+    alive = int(last.get("graphs_alive") or m.get("alive") or 0)
+    found = last.get("graphs_since")
+    oldest = int(found) if found is not None else since
+    keeper = next(
+        (x["facts"]["kept_graphs"] for x in ctx.models if isinstance((x.get("facts") or {}).get("kept_graphs"), dict)),
+        None,
+    )
+    continued = (
+        any(e.metrics.get("reached") is not None for e in evs)
+        or last.get("graphs_reached") is not None
+        or bool(keeper and keeper.get("how") == "carried")
+    )
+    loss_kept = float(m.get("kept_loss") or 0) >= 0.5 * float(m.get("alive") or 1)
+    retained = any(float(e.metrics.get("retain_graph") or 0) >= 0.5 for e in evs)
+    how = (
+        "each step's graph continues the previous step's: a tensor carried from one step into the next, such as "
+        "an RNN's hidden state, is never detached"
+        if continued
+        else "the loss tensor of every step is kept with its autograd graph, summed or appended for logging"
+        if loss_kept
+        else "tensors of every step are kept with their autograd graphs"
+    )
+    where = ""
+    tips: list[str] = []
+    if keeper:
+        name, kept_how, expr, line = keeper.get("name"), keeper.get("how"), keeper.get("expr"), keeper.get("at")
+        where = f" `{name}` at {line} keeps them"
+        # a loss kept is a number (.item()); other tensors (outputs, features) keep their values, detached
+        if kept_how == "sum" and loss_kept:
+            tips.append(f"accumulate a number, not the tensor: `{name} += {expr}.item()` ({line})")
+        elif kept_how == "sum":
+            tips.append(f"accumulate without the graph: `{name} += {expr}.detach()` ({line})")
+        elif kept_how == "append" and loss_kept:
+            tips.append(
+                f"keep a number or a detached tensor: `{name}.append({expr}.item())` (or `{expr}.detach()`) ({line})"
+            )
+        elif kept_how == "append":
+            tips.append(f"keep the values without their graph: `{name}.append({expr}.detach())` ({line})")
+        elif kept_how == "carried":
+            tips.append(
+                f"detach the carried state at the start of each step: `{name} = {name}.detach()` before "
+                f"{line} (a tuple such as an LSTM's (h, c): `{name} = tuple(h.detach() for h in {name})`)"
+                + (", and drop retain_graph=True from backward()" if retained else "")
+            )
+    if not tips:
+        if continued:
+            tips.append(
+                "detach what one step hands the next (truncated backpropagation through time): "
+                "`hidden = hidden.detach()` at the start of each step"
+                + (", and drop retain_graph=True from backward()" if retained else "")
+            )
+        else:
+            tips.append(
+                "log numbers, not tensors: `total += loss.item()` (or keep `loss.detach()`), and detach "
+                "any output or loss kept for later"
+            )
+    mem0, mem1 = last.get("graphs_memory_first"), last.get("graphs_memory")
+    grew = (
+        f"; memory in use went from {_mb(mem0)} to {_mb(mem1)}"
+        if isinstance(mem0, (int, float)) and isinstance(mem1, (int, float)) and mem1 > mem0
+        else ""
+    )
+    summary = (
+        f"Autograd graphs are kept alive across steps: at step {at} the graphs of {alive} earlier sampled steps, "
+        f"back to step {oldest}, are still in memory ({how}){';' + where if where else ''}{grew}. Memory grows "
+        "with every step" + (" and each backward pass runs through every earlier step's graph." if continued else ".")
+    )
+    h = _hyp(Kind.memory_growth, MEMORY_CONFIDENCE, None, since, summary, evs, tips)
+    h.origin = Origin(module=None, step=since, root=None)
+    if keeper:
+        for e in h.evidence:
+            e.update({"kept_by": keeper.get("name"), "kept_at": keeper.get("at"), "kept_how": keeper.get("how")})
+    return h
+
+
+FAMILY = Family("loop", LoopObserver, (loop_misuse, memory_growth))

@@ -162,19 +162,46 @@ def unchanged_weights(ctx: Context) -> Hypothesis | None:
         tips.append("no optimizer was created: build one and call optimizer.step() after loss.backward()")
     elif hint and hint[1] == 0:
         tips.append(zero_lr(hint[0], usual_lr(hint[0])))
+    held = _held_by(ctx, first[next(iter(first))].root if first else None) if outside and ctx.optimizers else ""
     if outside and ctx.optimizers:
+        path = _attr_path(outside[0])
         tips.append(
-            f"{', '.join(outside[:4])} get gradients but are not in any optimizer: pass model.parameters() "
-            f"(all of them) to the optimizer, and build it after the model is final (after wrapping it with "
-            f"adapters such as peft's get_peft_model, replacing a head, or unfreezing layers)"
+            f"{', '.join(outside[:4])} get gradients but are not in any optimizer{' (' + held + ')' if held else ''}"
+            ": pass model.parameters() (all of them) to the optimizer, and build it after the model is final "
+            "(after wrapping it with adapters such as peft's get_peft_model, replacing a head, or unfreezing "
+            f"layers), or add them to it: `optimizer.add_param_group({{'params': model{path}.parameters()}})`"
         )
     tips.append("make sure optimizer.step() is called every iteration (after loss.backward())")
     summary = (
         f"Weights never change: {', '.join(names[:4])}{'…' if len(names) > 4 else ''} stay bit-identical "
         f"from step {origin.step} although they receive gradients."
     )
+    if held:
+        summary += f" {', '.join(outside[:4])} {'is' if len(outside) == 1 else 'are'} in no optimizer: {held}."
     conf = _spread_confidence(0.7, len(first), _still(ctx, evs, "unchanged"))
     return _hyp(Kind.unchanged_weights, conf, origin, origin.step, summary, evs, tips, names)
+
+
+def _held_by(ctx: Context, root: str | None) -> str:
+    """Which optimizers train the model `root` and the modules they hold (model.json), in words: the
+    optimizers that leave the other modules out."""
+    model = next((m for m in ctx.models if m.get("name") == root), None)
+    trains = [o for o in ctx.optimizers if not root or root in (o.get("roots") or [])]
+    if model is None or not trains:
+        return ""
+    modules = model.get("modules") or {}
+    inside = [n for n, i in modules.items() if isinstance(i, dict) and i.get("in_optimizer") and i.get("params")]
+    kinds = ", ".join(str(o.get("type") or "optimizer") for o in trains)
+    shown = ", ".join(inside[:4]) + ("…" if len(inside) > 4 else "")
+    return f"{kinds} {'trains' if len(trains) == 1 else 'train'} {shown} of {root} only" if inside else ""
+
+
+def _attr_path(module: str) -> str:
+    """A dotted module name as Python reaches it from the model: `layers.0.fc` -> `.layers[0].fc`."""
+    out = ""
+    for part in module.split("."):
+        out += f"[{part}]" if part.isdigit() else f".{part}"
+    return out
 
 
 FAMILY = Family("weights", WeightObserver, (unchanged_weights,))
