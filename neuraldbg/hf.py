@@ -19,6 +19,9 @@ class NeuraldbgCallback(TrainerCallback):
         self.last: Observation | None = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        stale = self.observation
+        if stale is not None and Observation.active is stale:  # the last train() raised (HF has no hook for it)
+            stale.__exit__(RuntimeError, RuntimeError("the previous train() ended by an exception"), None)
         if getattr(state, "is_world_process_zero", True):
             model = kwargs.get("model")
             name = type(model).__name__ if model is not None else "trainer"
