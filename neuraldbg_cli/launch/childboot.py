@@ -48,7 +48,7 @@ def _bootstrap(self: Any, *args: Any, **kwargs: Any) -> Any:
     if "torch" in sys.modules and not where.startswith(_NOT_TRAINING):
         try:  # by name: the session (and the probe under it) loads only in a child that may train
             children = importlib.import_module("neuraldbg_cli.launch.children")
-            session = children.ChildSession.start(os.environ[ENV], where)
+            session = children.ChildSession.start(os.environ[ENV], where, self)
         except Exception as e:  # noqa: BLE001 - the child trains unobserved rather than not at all
             print(
                 f"neuraldbg: could not observe child process {os.getpid()} ({type(e).__name__}: {e})", file=sys.stderr

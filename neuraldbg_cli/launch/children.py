@@ -170,14 +170,19 @@ class ChildSession(StageWiring):
         self.group = False
         self._sigterm: Any = None
         self.ending = self.terminated = False
+        self.forked = False
+        self.copies: list[str] = []  # models handed to it by its parent that fork copied instead of sharing
         self.sigterm_before: Any = None  # what SIGTERM did before this child took it (its forked children restore it)
 
     @classmethod
-    def start(cls, env: str, target: str) -> ChildSession:
+    def start(cls, env: str, target: str, process: Any = None) -> ChildSession:
+        global _parent
         drop_parent_hooks()
         from neuraldbg_cli.probe.hooks import Probe
 
         session = cls(orjson.loads(env), target)
+        session.forked = _parent is not None  # (a spawned child starts with none: it inherited nothing)
+        session.copies = _unshared_models(process) if session.forked else []
         session.probe = Probe(session._on_steps, session._on_models, every=session.settings.every, warn=session._warn)
         try:
             session.probe.install()
@@ -186,7 +191,6 @@ class ChildSession(StageWiring):
             raise
         session._catch_sigterm()
         session.sigterm_before = session._sigterm
-        global _parent
         _parent = session  # its own forked children drop these hooks (drop_parent_hooks)
         return session
 
@@ -245,7 +249,12 @@ class ChildSession(StageWiring):
             "local_rank": self.info.local_rank,
             "host": platform.node(),
             "job": self.info.job,
-            "child": {"target": self.target, "group": self.group, "forked": _parent is not None},
+            "child": {
+                "target": self.target,
+                "group": self.group,
+                "forked": self.forked,
+                **({"unshared_models": self.copies} if self.copies else {}),
+            },
             "settings": self.settings.model_dump(mode="json"),
             **({"world_size": self.info.world_size} if self.group else {}),
         }
@@ -313,6 +322,21 @@ class ChildSession(StageWiring):
             except (ValueError, OSError):
                 pass
             self._sigterm = None
+
+
+def _unshared_models(process: Any) -> list[str]:
+    """The models the parent handed this forked child (its target's arguments) whose parameters are not in
+    shared memory: fork gave the child a private copy, so what the child trains never reaches the parent's
+    model or the other children's (Hogwild without `model.share_memory()`)."""
+    import torch
+
+    args = [*getattr(process, "_args", ()), *getattr(process, "_kwargs", {}).values()]
+    return [
+        type(a).__name__
+        for a in args
+        if isinstance(a, torch.nn.Module)
+        and any(p.requires_grad and not p.is_shared() and p.device.type == "cpu" for p in a.parameters())
+    ]
 
 
 def _group() -> tuple[int | None, int | None]:

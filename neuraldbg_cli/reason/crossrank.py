@@ -301,3 +301,57 @@ def desync(runs: list[RunData], th: Thresholds) -> Hypothesis | None:
         suggestions=tips,
         ranks=sorted(r for r, _, _, _ in info),
     )
+
+
+# ---------------------------------------------------------------- a process training a copy (Hogwild)
+
+
+def copies(runs: list[RunData]) -> Hypothesis | None:
+    """Child processes that trained a model their parent handed them by fork, not in shared memory: each
+    trained a private copy, so none of their steps reaches the parent's model (nor the other processes')."""
+    found = [
+        (run.rank or 0, models, _steps(run))
+        for run in runs
+        if isinstance(run.meta.get("child"), dict)
+        and (models := run.meta["child"].get("unshared_models"))
+        and isinstance(models, list)
+        and _steps(run) > 0
+    ]
+    if not found:
+        return None
+    names = sorted({str(m) for _, models, _ in found for m in models})
+    who = [r for r, _, _ in found]
+    many = len(found) > 1
+    summary = (
+        f"{'Processes' if many else 'Process'} {_list(who)} trained {'copies' if many else 'a copy'} of "
+        f"{', '.join(names)}, not the model itself: the parent handed it over by fork without "
+        "`share_memory()`, so each process updated its own private copy, and none of "
+        f"{sum(n for _, _, n in found)} optimizer steps reaches the parent's model"
+        f"{' or the other processes' if many else ''} (an evaluation after join() sees it untrained)."
+    )
+    return Hypothesis(
+        kind=Kind.loop_misuse,
+        confidence=0.85 if many else 0.6,
+        origin=Origin(step=0, rank=who[0]),
+        summary=summary,
+        evidence=[
+            {
+                "type": "process_copy",
+                "step": 0,
+                "module": None,
+                "from": "inherited",
+                "to": "private_copy",
+                "rank": r,
+                "models": models,
+                "steps": n,
+            }
+            for r, models, n in found
+        ],
+        suggestions=[
+            f"call `model.share_memory()` on {names[0]} before starting the processes (Hogwild), or use the spawn "
+            "start method (`mp.set_start_method('spawn')`), whose hand-over shares the parameters",
+            "if each process is meant to train its own model, build it inside the process (or return its "
+            "state_dict) so the parent's copy is not mistaken for the trained one",
+        ],
+        ranks=who,
+    )

@@ -382,7 +382,11 @@ def explain_job(job: JobData, min_confidence: float = 0.5) -> Report:
         return explain(job.runs[0], min_confidence)
     reports = [(run.rank or 0, explain(run, min_confidence)) for run in job.runs]
     th = build_context(job.runs[0]).thresholds
-    extra = [h for h in (crossrank.divergence(job.runs, th), crossrank.desync(job.runs, th)) if h is not None]
+    extra = [
+        h
+        for h in (crossrank.divergence(job.runs, th), crossrank.desync(job.runs, th), crossrank.copies(job.runs))
+        if h is not None
+    ]
     lockstep = crossrank.lockstep(job.runs, th)
     children = all(isinstance(run.meta.get("child"), dict) for run in job.runs)
     merged = crossrank.merge(

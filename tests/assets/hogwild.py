@@ -1,7 +1,8 @@
 """pytorch/examples' Hogwild layout: one model in shared memory, several mp.Process children each training it
 with their own optimizer and data, then the parent evaluates it. --mode picks the bug: healthy, nan_child
-(child 1 reads a corrupt batch at its step 12), no_step (child 1 never calls optimizer.step()). --start picks
-the start method (the example uses spawn; fork is Linux's default)."""
+(child 1 reads a corrupt batch at its step 12), no_step (child 1 never calls optimizer.step()), unshared (no
+`model.share_memory()`: under fork each child trains a private copy and the parent tests an untrained model).
+--start picks the start method (the example uses spawn; fork is Linux's default).""" 
 import argparse
 
 import torch
@@ -55,7 +56,8 @@ if __name__ == "__main__":
     torch.manual_seed(args.seed)
     mp.set_start_method(args.start, force=True)
     model = Net()
-    model.share_memory()
+    if args.mode != "unshared":
+        model.share_memory()
     processes = []
     for rank in range(args.procs):
         proc = mp.Process(target=train, args=(rank, args, model))

@@ -170,3 +170,17 @@ def test_process_pool_executor_and_a_child_leaving_by_os_exit(tmp_path):
     vanished = [m for m in metas.values() if m["status"] == "running"]  # os._exit: no end written
     assert len(vanished) == 1 and vanished[0]["child"]["target"].endswith("train_and_vanish")
     assert report["steps_observed"] == 50 and report["status"] == "healthy"
+
+
+@pytest.mark.parametrize(("start", "named"), [("fork", True), ("spawn", False)])
+def test_hogwild_without_share_memory(tmp_path, start, named):
+    """Without model.share_memory(), fork hands each child a private copy: their steps never reach the parent's
+    model (its test loss stays untrained). Spawn's hand-over shares the parameters anyway: nothing to name."""
+    _, run_dir, report = observed(tmp_path, "hogwild.py", "--start", start, "--mode", "unshared")
+    hyps = counted(report)
+    if named:
+        assert hyps and hyps[0]["kind"] == "loop_misuse" and hyps[0]["ranks"] == [0, 1], hyps
+        assert "share_memory()" in hyps[0]["suggestions"][0] and "private copy" in hyps[0]["summary"]
+        assert all(m["child"]["unshared_models"] == ["Net"] for m in child_metas(run_dir).values())
+    else:
+        assert hyps == [] and all("unshared_models" not in m["child"] for m in child_metas(run_dir).values())
