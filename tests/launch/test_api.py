@@ -162,9 +162,15 @@ def test_notebook_three_cells_three_verdicts_inline(tmp_path):
                                           "import api_train\n%load_ext neuraldbg")]
     nb.cells += [nbformat.v4.new_code_cell(f"%%neuraldbg --run-dir nb_{m}\napi_train.train({m!r})")
                  for m in ("healthy", "vanishing", "exploding")]
+    # the three observations stay in the notebook's output history (Out): they must not keep the models alive
+    nb.cells.append(nbformat.v4.new_code_cell(
+        "import gc, torch\nfrom torch.nn.modules import module\ngc.collect()\n"
+        "print('LIVE', sum(isinstance(o, torch.nn.Module) for o in gc.get_objects()),"
+        " len(module._global_forward_hooks) + len(module._global_forward_pre_hooks))"))
     NotebookClient(nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert "LIVE 0 0" in "".join(o.get("text", "") for o in nb.cells[-1].outputs)
     shown = []
-    for cell in nb.cells[1:]:
+    for cell in nb.cells[1:-1]:
         html = "".join(o.get("data", {}).get("text/html", "") for o in cell.outputs)
         text = "".join(o.get("text", "") for o in cell.outputs)
         shown.append((html, text))
@@ -237,3 +243,76 @@ def test_hf_callback_stops_through_the_trainers_flag(tmp_path):
     steps, stopped_at, _ = r.stdout.split("STEPS ")[1].split()[:3]
     assert int(steps) < 40 and int(steps) == int(stopped_at) + 1  # the trainer's own flag ended it, cleanly
     assert "TOP ['exploding_gradient']" in r.stdout
+
+
+def test_five_ways_one_verdict_the_same_events(tmp_path, tmp_path_factory):
+    """One training (the asset's vanishing MLP on its batches) through `neuraldbg run`, `observe()`, the cell magic,
+    the Lightning callback and the HF callback, the last four in one process: the same events, the same verdict
+    (the trainers' models wrap the network as `net`, so their module names carry that prefix)."""
+    for name in ("IPython", "lightning", "transformers", "accelerate"):
+        pytest.importorskip(name)
+    r = python("""
+        import torch, lightning as L, api_train
+        from torch.utils.data import IterableDataset
+        from transformers import Trainer, TrainingArguments
+        import neuraldbg
+        from neuraldbg.lightning import NeuraldbgCallback as LitCallback
+        from neuraldbg.hf import NeuraldbgCallback as HFCallback
+        from IPython.testing.globalipapp import start_ipython
+
+        with neuraldbg.observe(run_dir="observe", quiet=True):
+            api_train.train("vanishing")
+
+        ip = start_ipython()
+        ip.run_line_magic("load_ext", "neuraldbg")
+        ip.run_cell("import api_train")
+        ip.run_cell("%%neuraldbg --run-dir magic -q\\napi_train.train('vanishing')")
+
+        class Lit(L.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.net, self.opt, self.loss_fn = api_train.make("vanishing")
+            def training_step(self, batch, i):
+                return self.loss_fn(self.net(batch[0]), batch[1])
+            def configure_optimizers(self):
+                return self.opt
+
+        class Batches:
+            def __iter__(self):
+                return api_train.batches("vanishing")
+            def __len__(self):
+                return api_train.STEPS
+
+        L.Trainer(max_steps=40, callbacks=[LitCallback(run_dir="lightning", quiet=True)], logger=False,
+                  enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                  accelerator="cpu").fit(Lit(), Batches())
+
+        class Fit(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net, self.opt, self.loss_fn = api_train.make("vanishing")
+            def forward(self, x, labels):
+                return {"loss": self.loss_fn(self.net(x), labels)}
+
+        class Rows(IterableDataset):  # the same batches, row by row, in order: the trainer batches them again
+            def __iter__(self):
+                for xb, yb in api_train.batches("vanishing"):
+                    yield from ({"x": x, "labels": y} for x, y in zip(xb, yb))
+
+        model = Fit()
+        sched = torch.optim.lr_scheduler.LambdaLR(model.opt, lambda s: 1.0)
+        args = TrainingArguments("out", per_device_train_batch_size=64, max_steps=40, report_to=[], use_cpu=True,
+                                 save_strategy="no", logging_strategy="no", disable_tqdm=True, max_grad_norm=0.0)
+        Trainer(model=model, args=args, train_dataset=Rows(), optimizers=(model.opt, sched),
+                callbacks=[HFCallback(run_dir="hf", quiet=True)]).train()
+    """, tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+    def unwrapped(rows: list[tuple]) -> list[tuple]:
+        return [(t, s, (m or "").removeprefix("net."), a, b, site) for t, s, m, a, b, site in rows]
+
+    reference = unwrapped(events(by_run("vanishing", tmp_path_factory)))
+    assert reference and reference[0][:3] == ("gradient_health_transition", 0, "layers.0")
+    for way in ("observe", "magic", "lightning", "hf"):
+        assert unwrapped(events(tmp_path / way)) == reference, way
+        assert [k for k, _ in verdict(tmp_path / way)] == [k for k, _ in verdict(by_run("vanishing", tmp_path_factory))]
