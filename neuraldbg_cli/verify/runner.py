@@ -275,11 +275,15 @@ def margin(controls: list[float]) -> float:
     return max(MIN_EFFECT * sum(finite) / len(finite), spread, 1e-12)
 
 
-def seed_verdict(kind: str, ctl: Outcome, tri: Outcome, need: float, on: str) -> tuple[str, str]:
+def seed_verdict(
+    kind: str, ctl: Outcome, tri: Outcome, need: float, on: str, needs: dict[str, float] | None = None
+) -> tuple[str, str]:
     """(status, why) of one seed: worse (the loss's level rose beyond `need`, or turned non-finite); not
     verified (the symptom stays, a new problem appears, or the loss did not move beyond `need`); partial (the
     symptom went, problems the fix was meant to cure remain: its root, that root's other consequences);
-    verified."""
+    verified. A run with several objectives (`needs`: each one's margin) is judged on each (objectives_verdict)."""
+    if needs:
+        return objectives_verdict(kind, ctl, tri, needs, on)
     a, b = tri.late, ctl.late
     moved = f"{_fmt(b)} → {_fmt(a)}"
     if math.isfinite(b) and not math.isfinite(a):
@@ -298,6 +302,56 @@ def seed_verdict(kind: str, ctl: Outcome, tri: Outcome, need: float, on: str) ->
     if not improved:
         return "not_verified", f"{kind} gone{on}, but the loss did not improve beyond noise ({moved})"
     return "verified", ""
+
+
+def objectives_verdict(kind: str, ctl: Outcome, tri: Outcome, needs: dict[str, float], on: str) -> tuple[str, str]:
+    """Several models trained against or beside each other (a GAN, actor and critic): each objective against its
+    own control level. A gain in one paid for by another (a generator's loss falling as the discriminator's
+    rises) is no evidence of a cure: worse when one objective turned non-finite or rose beyond its noise and none
+    fell; verified only when none rose, one fell beyond its noise and the problems are gone as for one loss."""
+    moved = "; ".join(
+        f"{name} {_fmt(ctl.objectives[name])} → {_fmt(tri.objectives.get(name, math.nan))}" for name in needs
+    )
+    rose, fell = [], []
+    for name, need in needs.items():
+        a, b = tri.objectives.get(name, math.nan), ctl.objectives[name]
+        if math.isfinite(b) and not math.isfinite(a):
+            return "worse", f"the {name} loss turned non-finite{on} ({moved})"
+        if math.isfinite(a) and math.isfinite(b):
+            rose += [name] if a > b + need else []
+            fell += [name] if b - a > need else []
+        elif math.isfinite(a):  # a finite level beats a NaN
+            fell.append(name)
+    if rose and not fell:
+        return "worse", f"the {' and '.join(rose)} loss{'es' if len(rose) > 1 else ''} got worse{on} ({moved})"
+    if kind in tri.kinds:
+        return "not_verified", f"{kind} still present{on} (confidence {tri.kinds[kind]:.2f}; {moved})"
+    new = sorted(set(tri.kinds) - set(ctl.kinds))
+    if new:
+        return "not_verified", f"{', '.join(new)} appeared{on} ({moved})"
+    remain = sorted((addressed(kind, ctl.causes, ctl.kinds) - {kind}) & set(tri.kinds))
+    if remain:
+        return "partial", f"{kind} gone{on}, but {', '.join(remain)} remain ({moved})"
+    if rose:
+        return (
+            "not_verified",
+            f"{kind} gone{on}, but the objectives moved apart: {', '.join(fell)} better, {', '.join(rose)} worse ({moved})",
+        )
+    if not fell:
+        return "not_verified", f"{kind} gone{on}, but no objective improved beyond noise ({moved})"
+    return "verified", ""
+
+
+def objective_margins(pairs: list[tuple[Outcome, Outcome, str]]) -> dict[str, float]:
+    """Each objective's margin over the seeds, for the objectives every control and trial reports; empty when
+    the run has one objective (or they do not all report the same)."""
+    names = None
+    for ctl, tri, _ in pairs:
+        common = set(ctl.objectives) & set(tri.objectives)
+        names = common if names is None else names & common
+    if not names or len(names) < 2:
+        return {}
+    return {name: margin([ctl.objectives[name] for ctl, _, _ in pairs]) for name in sorted(names)}
 
 
 def judge(c: Candidate, plan: Plan, done: dict[tuple[str | None, int | None], Outcome], min_conf: float) -> dict:
@@ -329,7 +383,8 @@ def judge(c: Candidate, plan: Plan, done: dict[tuple[str | None, int | None], Ou
         assert ctl is not None and tri is not None
         pairs.append((ctl, tri, on))
     need = margin([ctl.late for ctl, _, _ in pairs])
-    verdicts = [seed_verdict(c.kind, ctl, tri, need, on) for ctl, tri, on in pairs]
+    needs = objective_margins(pairs)
+    verdicts = [seed_verdict(c.kind, ctl, tri, need, on, needs) for ctl, tri, on in pairs]
     wins = sum(1 for status, _ in verdicts if status == "verified")
     trial_loss, control_loss = _mean([t.late for _, t, _ in pairs]), _mean([k.late for k, _, _ in pairs])
     n = len(plan.seeds)
@@ -338,6 +393,12 @@ def judge(c: Candidate, plan: Plan, done: dict[tuple[str | None, int | None], Ou
         f"{wins}/{n} seeds: loss {_fmt(trial_loss)} vs {_fmt(control_loss)} (mean of the last {LATE} losses) at step "
         f"{at}" + (f", counted beyond {_fmt(need)}" if math.isfinite(need) else "")
     )
+    if needs:
+        numbers += "; each objective: " + ", ".join(
+            f"{name} {_fmt(_mean([t.objectives[name] for _, t, _ in pairs]))} vs "
+            f"{_fmt(_mean([k.objectives[name] for k, _, _ in pairs]))}"
+            for name in needs
+        )
     if inconclusive:
         status, reason = "inconclusive", inconclusive
     else:
@@ -346,7 +407,16 @@ def judge(c: Candidate, plan: Plan, done: dict[tuple[str | None, int | None], Ou
             reason = numbers
         else:  # the worst seed says why
             reason = f"{next(w for v, w in verdicts if v == status)}; {numbers}"
-    entry.update(status=status, wins=wins, seeds=n, metric={"control": control_loss, "trial": trial_loss})
+    metric: dict[str, Any] = {"control": control_loss, "trial": trial_loss}
+    if needs:  # each objective's level, control and trial (means over the seeds)
+        metric["objectives"] = {
+            name: {
+                "control": _mean([k.objectives[name] for k, _, _ in pairs]),
+                "trial": _mean([t.objectives[name] for _, t, _ in pairs]),
+            }
+            for name in needs
+        }
+    entry.update(status=status, wins=wins, seeds=n, metric=metric)
     entry["reason"] = reason
     ran = [o.isolation for s in plan.seeds if (o := done.get((c.spec, s))) and o.isolation]
     entry["isolation"] = ", ".join(dict.fromkeys(ran)) or None

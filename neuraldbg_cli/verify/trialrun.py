@@ -56,6 +56,7 @@ class Outcome:
     kinds: dict[str, float] = field(default_factory=dict)  # kind -> confidence, at least --min-confidence
     causes: dict[str, str] = field(default_factory=dict)  # kind -> the kind it is likely a consequence of
     late: float = math.nan  # the mean of the latest losses (LATE of them): the level the verdict compares
+    objectives: dict[str, float] = field(default_factory=dict)  # several models with their own losses: each's level
     fix: dict[str, Any] = field(default_factory=dict)  # trial.json's "fix": applied, skipped
     isolation: str = ""  # overlay | guard: how the user's files were kept from the trial (trial.json)
     overlay_failed: str = ""  # why this trial fell back to the guard when an overlay was wanted
@@ -71,6 +72,11 @@ class Outcome:
             "steps": self.steps,
             "loss": self.loss if math.isfinite(self.loss) else None,
             "late_loss": self.late if math.isfinite(self.late) else None,
+            **(
+                {"objectives": {k: v if math.isfinite(v) else None for k, v in self.objectives.items()}}
+                if self.objectives
+                else {}
+            ),
             "kinds": self.kinds,
             "wall_s": round(self.wall_s, 2),
             "isolation": self.isolation or None,
@@ -188,14 +194,12 @@ def read_outcome(out: Outcome, min_confidence: float) -> Outcome:
     out.kinds = {h.kind.value: h.confidence for h in counted}
     out.causes = {h.kind.value: h.caused_by.value for h in counted if h.caused_by is not None}
     out.steps = report.steps_observed
-    losses = [
-        float(r["loss"]) if isinstance(r["loss"], (int, float)) else math.nan
-        for r in read_stats(out.dir)
-        if "loss" in r
-    ]
+    rows = read_stats(out.dir)
+    losses = [float(r["loss"]) if isinstance(r["loss"], (int, float)) else math.nan for r in rows if "loss" in r]
     if losses:
         out.loss = losses[-1]
         out.late = sum(losses[-LATE:]) / len(losses[-LATE:])  # NaN when any of them is
+    out.objectives = objective_levels(rows)
     trial = _trial_doc(out.dir)
     out.fix = trial.get("fix") or {}
     out.isolation = str(trial.get("isolation") or "")
@@ -203,6 +207,18 @@ def read_outcome(out: Outcome, min_confidence: float) -> Outcome:
     if out.state == "ok" and run.meta.get("status") not in ("finished", "stopped"):
         out.state, out.error = "crashed", f"exit status {run.meta.get('exit_status')}: {_last_error(out.dir)}"
     return out
+
+
+def objective_levels(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """A run that trains several models with their own losses (a GAN's pair, actor and critic): the level of each
+    one's loss (the mean of its latest LATE values; NaN when one of them is), each judged on its own."""
+    series: dict[str, list[float]] = {}
+    for r in rows:
+        for name, v in (r.get("losses") or {}).items():
+            series.setdefault(str(name), []).append(float(v) if isinstance(v, (int, float)) else math.nan)
+    if len(series) < 2:
+        return {}
+    return {name: sum(vs[-LATE:]) / len(vs[-LATE:]) for name, vs in series.items()}
 
 
 def _trial_doc(run_dir: Path) -> dict[str, Any]:

@@ -74,3 +74,38 @@ def test_a_crashed_control_of_a_run_that_finished_is_verifys_own_problem():
     v = verdict(lr, [ctl], [out("t", None, 0.5)])
     assert v["status"] == "inconclusive" and "a problem of verify itself" in v["reason"], v
     assert "verify itself" not in verdict(lr, [ctl], [out("t", None, 0.5)], original_ok=False)["reason"]
+
+
+LR = Candidate("unstable_loss", "lr_scale", {"factor": 0.1}, "lower the learning rate")
+
+
+def two(name, seed, g, d, kinds=()):
+    o = out(name, seed, g, kinds)
+    o.objectives = {"G": g, "D": d}
+    return o
+
+
+def test_several_objectives_are_each_judged_against_their_own_control():
+    """A GAN (issue 32, item 3): the generator's loss falling while the discriminator's rises is no cure; both
+    falling (or one within noise) is; one of them turning NaN is worse; the report gives each objective."""
+    ctl = two("control", None, 1.36, 0.50, ["unstable_loss"])
+    traded = verdict(LR, [ctl], [two("lr", None, 0.48, 1.20)])
+    assert traded["status"] == "not_verified" and "moved apart" in traded["reason"]
+    assert traded["metric"]["objectives"] == {"G": {"control": 1.36, "trial": 0.48}, "D": {"control": 0.5, "trial": 1.2}}
+    cured = verdict(LR, [ctl], [two("lr", None, 0.48, 0.49)])
+    assert cured["status"] == "verified" and "each objective: D 0.49 vs 0.5, G 0.48 vs 1.36" in cured["reason"]
+    lost = verdict(LR, [ctl], [two("lr", None, 0.40, math.nan)])
+    assert lost["status"] == "worse" and "the D loss turned non-finite" in lost["reason"]
+    both_up = verdict(LR, [ctl], [two("lr", None, 2.0, 0.9)])
+    assert both_up["status"] == "worse" and "the D and G losses got worse" in both_up["reason"]
+    still = verdict(LR, [ctl], [two("lr", None, 0.48, 0.49, ["unstable_loss"])])
+    assert still["status"] == "not_verified" and "unstable_loss still present" in still["reason"]
+
+
+def test_objective_levels_from_stats_rows():
+    from neuraldbg_cli.verify.trialrun import LATE, objective_levels
+
+    rows = [{"step": i, "loss": 1.0, "losses": {"G": float(i), "D": 1.0}} for i in range(30)]
+    levels = objective_levels(rows)
+    assert levels["D"] == 1.0 and levels["G"] == sum(range(30 - LATE, 30)) / LATE
+    assert objective_levels([{"step": 0, "loss": 1.0}]) == {}  # one objective: judged as before
