@@ -639,6 +639,59 @@ def test_verify_zero_grad_cures_it(tmp_path):
     assert trial["fix"]["applied"] > 0, trial
 
 
+def test_verify_scheduler_per_epoch_cures_the_collapsed_lr(tmp_path):
+    """`verify` steps a scheduler that the script steps per batch once per epoch instead (its calls within a
+    pass over the DataLoader held back, one step as the next pass begins): the control collapses again, the
+    trial learns; the control runs long enough for the collapse to lie in its first 30% (the rule's window)."""
+    run_dir = tmp_path / "run"
+    r = run_cli("run", "-q", "--run-dir", run_dir, ASSETS / "loop_sched.py", "--per", "batch", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    (top,) = [h for h in explain_json(run_dir)["hypotheses"] if h["kind"] == "loop_misuse"]
+    assert [f["id"] for f in top["fixes"]] == ["scheduler_per_epoch"]
+    v = run_cli("verify", run_dir, timeout=400)
+    assert v.returncode == 0, v.stdout + v.stderr
+    doc = json.loads((run_dir / "verify.json").read_text())
+    (entry,) = [f for f in doc["fixes"] if f["kind"] == "loop_misuse"]
+    assert entry["id"] == "scheduler_per_epoch" and entry["status"] == "verified", entry
+    assert doc["steps"] >= top["origin"]["step"] / 0.3
+    trial = json.loads((run_dir / "verify" / "scheduler_per_epoch" / "trial.json").read_text())
+    assert trial["fix"]["applied"] > 0, trial  # the per-batch calls held back
+
+
+def test_scheduler_per_epoch_fix_leaves_a_per_epoch_schedule_as_it_was():
+    """In process: the fix on a scheduler already stepped once per epoch gives the same lrs, epoch by epoch."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from neuraldbg_cli.probe.hookset import HookSet
+    from neuraldbg_cli.verify.fixes import install
+
+    def lrs(per_batch: bool, fixed: bool) -> list[float]:
+        hooks = HookSet()
+        if fixed:
+            applied = install("scheduler_per_epoch", {}, hooks)
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+        seen = []
+        with hooks:
+            for _ in range(6):
+                for _ in DataLoader(list(range(8)), batch_size=2):
+                    opt.step()
+                    if per_batch:
+                        sched.step()
+                seen.append(opt.param_groups[0]["lr"])
+                if not per_batch:
+                    sched.step()
+        if fixed:
+            assert applied.count == (6 * 3 if per_batch else 0)  # 4 calls per epoch: 3 held back
+        return seen
+
+    as_meant = lrs(per_batch=False, fixed=False)
+    assert lrs(per_batch=False, fixed=True) == as_meant
+    assert lrs(per_batch=True, fixed=True) == as_meant  # the fix turns per-batch stepping into the schedule meant
+    assert lrs(per_batch=True, fixed=False) != as_meant
+
+
 # ---------------------------------------------------------------- graphs kept alive across steps (memory_growth)
 
 

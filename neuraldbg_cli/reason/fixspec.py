@@ -26,6 +26,7 @@ FIXES: dict[str, tuple[dict[str, Any], str]] = {
         "replace nn.Sigmoid/nn.Tanh modules with nn.{to} (Linear/Conv weights: {init} init)",
     ),
     "zero_grad": ({}, "set the gradients to None after each optimizer step (optimizer.zero_grad() after step())"),
+    "scheduler_per_epoch": ({}, "step each lr scheduler once per epoch (one pass over a DataLoader), not per batch"),
 }
 # the words a text parameter accepts; init: He (kaiming_normal_, made for ReLU), Glorot (xavier_uniform_, made for
 # tanh/sigmoid), or the weights left as they are (keep: the swap alone)

@@ -156,6 +156,46 @@ def _zero_grad(params: dict[str, Any], hooks: HookSet) -> Applied:
     return applied
 
 
+def _scheduler_per_epoch(params: dict[str, Any], hooks: HookSet) -> Applied:
+    """An lr scheduler stepped every batch although its steps are epochs: its step() calls within an epoch (one
+    pass over a DataLoader) are held back, and it takes one step when the next epoch begins, as a scheduler
+    stepped at each epoch's end does. A script without DataLoader epochs, and a scheduler stepped with arguments
+    (ReduceLROnPlateau's metric), are left as they are."""
+    from torch.utils.data import DataLoader
+
+    applied = Applied(
+        "scheduler_per_epoch", params, "scheduler steps held back", "no scheduler was stepped twice in one epoch"
+    )
+    base = torch.optim.lr_scheduler.LRScheduler
+    step, iterate = base.__dict__["step"], DataLoader.__dict__["__iter__"]
+    state = {"epochs": 0}
+    stepped: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()  # scheduler -> its epoch's calls
+
+    def new_epoch(loader: Any) -> Any:
+        state["epochs"] += 1
+        for sched, calls in list(stepped.items()):
+            if calls:
+                step(sched)  # the step of the epoch that just ended
+                stepped[sched] = 0
+        return iterate(loader)
+
+    def held(sched: Any, *args: Any, **kwargs: Any) -> Any:
+        if not state["epochs"] or args or kwargs or not _has_stepped(sched):  # construction, or before any epoch
+            return step(sched, *args, **kwargs)
+        calls = stepped[sched] = stepped.get(sched, 0) + 1
+        applied.count += calls > 1  # a second call within one epoch: held back
+        return None
+
+    hooks.patch(DataLoader, "__iter__", new_epoch)
+    hooks.patch(base, "step", held)
+    return applied
+
+
+def _has_stepped(sched: Any) -> bool:
+    """Whether the scheduler has taken its construction step (LRScheduler sets `_step_count` there)."""
+    return bool(getattr(sched, "_step_count", 0))
+
+
 def _warmup(params: dict[str, Any], hooks: HookSet) -> Applied:
     """Each optimizer's k-th step (0-based) runs at min(1, (k+1)/steps) of its groups' lr, put back after the step:
     the script's own schedulers read and set the lr as if there were no warm-up."""
@@ -321,6 +361,7 @@ _INSTALL: dict[str, Callable[[dict[str, Any], HookSet], Applied]] = {
     "reinit": _reinit,
     "activation_swap": _activation_swap,
     "zero_grad": _zero_grad,
+    "scheduler_per_epoch": _scheduler_per_epoch,
 }
 assert set(_INSTALL) == set(FIXES), "every fixspec.FIXES id needs its implementation here"
 

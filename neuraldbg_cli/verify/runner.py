@@ -17,6 +17,7 @@ import orjson
 from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.errors import NeuraldbgError
 from neuraldbg_cli.reason import fixspec
+from neuraldbg_cli.reason.families import loop
 from neuraldbg_cli.trace.events import Report
 from neuraldbg_cli.verify import overlay
 from neuraldbg_cli.verify.trialrun import LATE, Command, Outcome, python_for, read_outcome, run_one
@@ -141,7 +142,18 @@ RECOGNISED_AFTER = {"loss_plateau": ("plateau_min_losses", 1), "unstable_loss": 
 def default_steps(cands: list[Candidate], thresholds: dict[str, Any]) -> int:
     """Past the latest point a symptom can be recognised, with margin: 1.5 × (onset + the losses its state needs
     first) + 20, at most STEPS_CAP. `thresholds`: those the run was observed with."""
-    return min(STEPS_CAP, max(int(1.5 * (c.onset + _recognised_after(c.kind, thresholds))) + 20 for c in cands))
+    return min(
+        STEPS_CAP,
+        max(max(int(1.5 * (c.onset + _recognised_after(c.kind, thresholds))) + 20, _by_share(c)) for c in cands),
+    )
+
+
+def _by_share(c: Candidate) -> int:
+    """An lr that collapsed counts only within the first loop.EARLY of a run: the control must run long enough
+    for its onset to lie there (and at least loop.MIN_RUN steps)."""
+    if c.fix_id != "scheduler_per_epoch":
+        return 0
+    return max(loop.MIN_RUN, math.ceil(c.onset / loop.EARLY)) + 20
 
 
 def _recognised_after(kind: str, thresholds: dict[str, Any]) -> int:

@@ -408,7 +408,16 @@ def _lr_collapsed(ctx: Context) -> Hypothesis | None:
         "per batch)",
     ]
     stalled = bool(ctx.select(types=[EventType.optimizer_instability.value], to=["plateau"]))
-    h = _hyp(Kind.loop_misuse, CONFIDENCE if stalled else LR_DEAD, None, at, summary, [], tips)
+    h = _hyp(
+        Kind.loop_misuse,
+        CONFIDENCE if stalled else LR_DEAD,
+        None,
+        at,
+        summary,
+        [],
+        tips,
+        fixes=[fix("scheduler_per_epoch", tips[0])],
+    )
     h.origin = Origin(module=None, step=at, root=None)
     h.evidence = [
         {
