@@ -45,7 +45,7 @@ def by_run(mode: str, tmp_path_factory) -> Path:
     return _runs[mode]
 
 
-@pytest.mark.parametrize("mode", ["healthy", "vanishing", "exploding"])
+@pytest.mark.parametrize("mode", ["exploding"])  # (vanishing: the five-way test; every mode's verdict: the next)
 def test_observe_gives_what_run_gives(tmp_path, tmp_path_factory, mode):
     r = python(f"""
         import neuraldbg, api_train

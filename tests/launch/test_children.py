@@ -51,7 +51,7 @@ def test_spawned_ddp_children_are_the_ranks_of_one_verdict(tmp_path):
 
 @pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                     reason="no gloo backend")
-@pytest.mark.parametrize(("mode", "kind", "ranks"), [("nan_shard", "data_anomaly", [1]), ("drift", "rank_divergence", None),
+@pytest.mark.parametrize(("mode", "kind", "ranks"), [("nan_shard", "data_anomaly", [1]),
                                                       ("no_step", "unchanged_weights", [1])])
 def test_spawned_ddp_bugs_are_named_with_their_rank(tmp_path, mode, kind, ranks):
     _, _, report = observed(tmp_path, "spawn_ddp.py", "--mode", mode)
@@ -79,7 +79,7 @@ def test_hogwild_children_count_their_steps_and_stay_quiet_when_healthy(tmp_path
     assert "neuraldbg: healthy (60 steps observed in 2 processes)" in proc.stderr
 
 
-@pytest.mark.parametrize("start", ["spawn", "fork"])
+@pytest.mark.parametrize("start", ["fork"])  # (spawn: the same merge; fork is where child 0 saw it at a lower step)
 def test_hogwild_nan_in_one_child_starts_at_that_childs_input(tmp_path, start):
     """The shared weights carry child 1's NaN to child 0, whose own step count is not comparable: the
     processes' steps are placed on one clock, so the cause is the first in time."""
@@ -98,10 +98,12 @@ def test_pool_of_trainers(tmp_path, start):
     proc, run_dir, report = observed(tmp_path, "pool_train.py", "--start", start)
     assert report["status"] == "healthy" and counted(report) == []
     assert report["steps_observed"] == 60  # two tasks of 30 steps, whichever worker took them
-    assert proc.stdout == run_python(ASSETS / "pool_train.py", "--start", start).stdout
     # the workers end when their tasks are done, or by Pool.terminate: either way a closed trace
     assert all(m["status"] in ("finished", "terminated") for m in child_metas(run_dir).values()), [(m["status"], m.get("exit_status"), m.get("end")) for m in child_metas(run_dir).values()]
     assert report["warnings"] == []
+    if start != "fork":  # (the broken twin, and the same output as under python, once)
+        return
+    assert proc.stdout == run_python(ASSETS / "pool_train.py", "--start", start).stdout
     bad_proc, _, bad = observed(tmp_path / "bad", "pool_train.py", "--start", start, "--mode", "explode",
                                 options=("--fail-on", "exploding_gradient"))
     assert bad_proc.returncode == 3  # --fail-on judges the merged verdict
@@ -112,10 +114,10 @@ def test_pool_of_trainers(tmp_path, start):
 
 @pytest.mark.parametrize("start", ["fork", "spawn"])
 def test_dataloader_workers_leave_no_trace(tmp_path, start):
-    proc, run_dir, report = observed(tmp_path, "loader_workers.py", "--start", start)
+    proc, run_dir, report = observed(tmp_path, "loader_workers.py", "--start", start, "--epochs", "1")
     assert not list(run_dir.glob("*.rank*")), sorted(p.name for p in run_dir.iterdir())
-    assert report["steps_observed"] == 64 and "processes" not in report["run"]
-    assert proc.stdout == run_python(ASSETS / "loader_workers.py", "--start", start).stdout
+    assert report["steps_observed"] == 32 and "processes" not in report["run"]
+    assert proc.stdout == run_python(ASSETS / "loader_workers.py", "--start", start, "--epochs", "1").stdout
 
 
 def test_a_failing_child_fails_the_parent_as_under_python(tmp_path):

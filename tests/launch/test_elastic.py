@@ -31,8 +31,17 @@ def explain(*dirs: Path) -> dict:
     return json.loads(r.stdout)
 
 
+_jobs: dict[str, list[Path]] = {}
+
+
 def two_nodes(tmp: Path, mode: str) -> list[Path]:
-    """Two agents of one job, one rank each, started together; each node's run directory."""
+    """Two agents of one job, one rank each, started together; each node's run directory (one job per mode)."""
+    if mode not in _jobs:
+        _jobs[mode] = _two_nodes(tmp, mode)
+    return _jobs[mode]
+
+
+def _two_nodes(tmp: Path, mode: str) -> list[Path]:
     for _attempt in range(3):  # gloo's teardown can abort a rank after the verdict (test_distributed)
         port, procs, cwds = free_port(), [], []
         for node in (0, 1):
@@ -93,8 +102,7 @@ def restarted(tmp: Path, *args: str) -> tuple[subprocess.CompletedProcess, Path]
     return proc, run_dir
 
 
-@pytest.mark.parametrize(("resume", "steps"), [(True, 30), (False, 42)])
-def test_a_restarted_rank_continues_its_trace(tmp_path, resume, steps):
+def test_a_restarted_rank_continues_its_trace(tmp_path, resume=True, steps=30):
     proc, run_dir = restarted(tmp_path, *(["--resume"] if resume else []))
     assert proc.returncode == 0, proc.stderr[-3000:]  # as without neuraldbg: the restart saves the job
     assert "attempt 1 final loss" in proc.stdout
@@ -111,8 +119,14 @@ def test_a_restarted_rank_continues_its_trace(tmp_path, resume, steps):
     assert len(said) == 2 and all(("resumed from a checkpoint" in w) is resume for w in said)
 
 
-def test_a_problem_after_the_restart_is_dated_on_the_jobs_steps(tmp_path):
-    proc, run_dir = restarted(tmp_path, "--resume", "--nan-at", "20")
+def test_a_restart_from_scratch_counts_on_and_dates_a_later_problem_on_the_jobs_steps(tmp_path):
+    """No checkpoint: the second attempt trains its 30 steps again after the first's 12 (42 in all, said so), and
+    a NaN its rank 1 reads at its own step 20 is the job's step 12 + 20."""
+    proc, run_dir = restarted(tmp_path, "--nan-at", "20")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    top = [h for h in explain(run_dir)["hypotheses"] if h["confidence"] >= 0.5][0]
-    assert top["kind"] == "data_anomaly" and top["origin"]["step"] == 20 and top["ranks"] == [1]
+    report = explain(run_dir)
+    assert report["steps_observed"] == 42
+    assert sum("it trained again from the start" in w for w in report["warnings"]) == 2
+    assert all(json.loads((run_dir / f"meta.rank{r}.json").read_text())["resumed"] is False for r in (0, 1))
+    top = [h for h in report["hypotheses"] if h["confidence"] >= 0.5][0]
+    assert top["kind"] == "data_anomaly" and top["origin"]["step"] == 32 and top["ranks"] == [1]
