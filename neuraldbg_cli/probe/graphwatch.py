@@ -22,6 +22,7 @@ counter or the process's resident set, a file read on Linux)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import os
 import sys
@@ -36,6 +37,7 @@ import torch
 from neuraldbg_cli.probe.guard import Guard
 from neuraldbg_cli.probe.provenance import _INSIDE
 from neuraldbg_cli.probe.records import StepBuffer
+from neuraldbg_cli.trace.events import GraphStats
 
 NODES = 48  # graph nodes tagged per backward pass, breadth first from the loss (the loss's own node first)
 KEPT = 64  # tokens remembered (the oldest alive always among them)
@@ -55,19 +57,6 @@ class _Token:
 
     def __init__(self, step: int) -> None:
         self.step = step
-
-
-class GraphLayout(NamedTuple):
-    """A sampled step's reading (host values): earlier sampled steps with a graph node alive, the oldest of them,
-    those whose loss node itself is alive, the earliest step this step's graph reaches (-1: none), memory in
-    use (bytes, nan: unknown), backward(retain_graph=True) seen this step."""
-
-    alive: int
-    oldest: int
-    kept_loss: int
-    reached: int
-    mem: float
-    retained: bool
 
 
 class Keeper(NamedTuple):
@@ -108,7 +97,7 @@ class GraphWatch:
         self._tokens: list[tuple[weakref.ref, weakref.ref | None]] = []  # (any node's token, the loss node's)
         self._step = -1  # the step whose token the capture uses
         self._token: _Token | None = None
-        self._reading: GraphLayout | None = None  # this step's, in its buffer at `_slot`
+        self._reading: GraphStats | None = None  # this step's, in its buffer at `_slot`
         self._slot = 0
         self._tries = TRIES
         self.keeper: Keeper | None = None
@@ -131,7 +120,7 @@ class GraphWatch:
                 return
             if reached < 0 or 0 <= lay.reached <= reached:
                 reached = lay.reached
-            now = lay._replace(retained=lay.retained or retain, reached=reached)
+            now = dataclasses.replace(lay, retained=lay.retained or retain, reached=reached)
             if now != lay:
                 self._reading = now
                 buf.layout[self._slot] = buf.layout[self._slot]._replace(extra=now)
@@ -153,7 +142,7 @@ class GraphWatch:
         if len(alive) >= SEARCH_AT and self.keeper is None and self._tries > 0:
             self._tries -= 1
             self._search(loss, buf.step)
-        lay = GraphLayout(len(steps), steps[0] if steps else -1, kept_loss, -1, _memory(loss), False)
+        lay = GraphStats(len(steps), steps[0] if steps else -1, kept_loss, -1, _memory(loss), False)
         self._slot = len(buf.layout)
         buf.extend("graphs", None, [], lay)
         self._reading = lay

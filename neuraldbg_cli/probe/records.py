@@ -22,7 +22,6 @@ from neuraldbg_cli.trace.events import (
     ActStats,
     AttnStats,
     GradStats,
-    GraphStats,
     LoopStats,
     LossCallStats,
     NormStats,
@@ -336,8 +335,8 @@ def _place(rec: StepRecord, what: str, key: Any, chunk: list[float], extra: Any)
         rec.loop[key].clip_line = extra.line
     elif what == "sampler":  # key: the sampler's number; extra: a loopprobe.SamplerLayout (host values)
         rec.samplers[key] = SamplerStats(extra.iterations, extra.epoch, extra.epochs, extra.shuffle, extra.line)
-    elif what == "graphs":  # extra: a graphwatch.GraphLayout (host values)
-        rec.graphs = GraphStats(extra.alive, extra.oldest, extra.kept_loss, extra.reached, extra.mem, extra.retained)
+    elif what == "graphs":  # extra: graphwatch's GraphStats (host values, replaced, never changed in place)
+        rec.graphs = extra
     elif what == "checksum":  # per parameter, kept apart: the module changed if any of its parameters did
         for owner, v in zip(key, chunk):
             gs = rec.grads.get(owner)
