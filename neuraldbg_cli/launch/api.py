@@ -11,29 +11,22 @@ KeyboardInterrupt closes the trace first).
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import html
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from neuraldbg_cli import __version__
 from neuraldbg_cli.config import Settings
 from neuraldbg_cli.errors import NeuraldbgError, StopTraining
 from neuraldbg_cli.launch import children
 from neuraldbg_cli.launch.session import prepare_run_dir
-from neuraldbg_cli.launch.wiring import StageWiring
-from neuraldbg_cli.trace.events import META_SCHEMA, Report
+from neuraldbg_cli.launch.wiring import StageWiring, base_meta, now
+from neuraldbg_cli.trace.events import Report
 from neuraldbg_cli.trace.writer import point_latest
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _kinds(value: str | list[str] | tuple[str, ...] | None) -> str | None:
@@ -86,7 +79,6 @@ class Observation(StageWiring):
                 "neuraldbg: observe() blocks cannot be nested, nor used inside `neuraldbg run` (which observes the "
                 "whole script already)"
             )
-        import torch
 
         from neuraldbg_cli.probe.hooks import Probe
 
@@ -94,23 +86,7 @@ class Observation(StageWiring):
         self.run_dir = prepare_run_dir(self.settings, self.name)
         self._bind(None)
         Observation.active = self
-        self.meta = {
-            "schema": META_SCHEMA,
-            "neuraldbg": __version__,
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "argv": list(sys.argv),
-            "mode": "api",
-            "script": self.name,
-            "cwd": os.getcwd(),
-            "executable": sys.executable,
-            "start": _now(),
-            "status": "running",
-            "world_size": 1,
-            "pid": self.pid,
-            "settings": self.settings.model_dump(mode="json"),
-        }
+        self.meta = base_meta(self.settings, sys.argv, self.name, mode="api", status="running", world_size=1)
         self._write_meta()
         self.probe = Probe(self._on_steps, self._on_models, every=self.settings.every)
         try:
@@ -148,7 +124,7 @@ class Observation(StageWiring):
         if self.stopped is not None:
             self.meta.update(stopped_at=self.stopped["step"], stopped_by=self.stopped["kinds"])
         self._write_meta(
-            end=_now(),
+            end=now(),
             wall_s=round(time.perf_counter() - self.t0, 3),
             exit_status=code,
             status=status,

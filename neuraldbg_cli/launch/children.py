@@ -9,7 +9,6 @@ first free worker index, so a child that never trains (a tokenizer pool) leaves 
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import os
 import platform
@@ -21,24 +20,18 @@ from typing import Any
 
 import orjson
 
-from neuraldbg_cli import __version__
 from neuraldbg_cli.config import Settings
 from neuraldbg_cli.launch import childboot
 from neuraldbg_cli.launch.distributed import RankInfo
 from neuraldbg_cli.launch.scriptexec import restore_sigterm
-from neuraldbg_cli.launch.wiring import StageWiring
+from neuraldbg_cli.launch.wiring import StageWiring, base_meta, now
 from neuraldbg_cli.probe.hookset import HookSet
-from neuraldbg_cli.trace.events import META_SCHEMA
 from neuraldbg_cli.trace.writer import META, rank_file
 
 MAX_WORKERS = 4096  # worker indexes tried before a child gives up its trace
 CHILD_WAIT_S = 30.0  # the parent waits at most this long, at its end, for its children's traces to close
 
 _parent: Any = None  # the parent's Session, for the forked children that inherit it
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def job_id(run_dir: Path, pid: int) -> str:
@@ -228,36 +221,26 @@ class ChildSession(StageWiring):
             super()._on_models()
 
     def _write_meta(self, **fields: Any) -> None:
-        import torch
 
         assert self.info is not None
-        self.meta = self.meta or {
-            "schema": META_SCHEMA,
-            "neuraldbg": __version__,
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "argv": self.doc.get("argv", []),
-            "script": self.doc.get("script", ""),
-            "cwd": os.getcwd(),
-            "executable": sys.executable,
-            "start": _now(),
-            "clock0": self.t0,  # the stats rows' times count from here (a clock every process here shares)
-            "pid": self.pid,
-            "parent_pid": self.doc.get("parent"),
-            "rank": self.info.rank,
-            "local_rank": self.info.local_rank,
-            "host": platform.node(),
-            "job": self.info.job,
-            "child": {
+        self.meta = self.meta or base_meta(
+            self.settings,
+            self.doc.get("argv", []),
+            self.doc.get("script", ""),
+            clock0=self.t0,  # the stats rows' times count from here (a clock every process here shares)
+            parent_pid=self.doc.get("parent"),
+            rank=self.info.rank,
+            local_rank=self.info.local_rank,
+            host=platform.node(),
+            job=self.info.job,
+            child={
                 "target": self.target,
                 "group": self.group,
                 "forked": self.forked,
                 **({"unshared_models": self.copies} if self.copies else {}),
             },
-            "settings": self.settings.model_dump(mode="json"),
             **({"world_size": self.info.world_size} if self.group else {}),
-        }
+        )
         self.meta.update(fields)
         try:
             self.writer.write_json("meta.json", self.meta)
@@ -292,7 +275,7 @@ class ChildSession(StageWiring):
             return
         status = "finished" if code == 0 else "terminated" if code is None else "failed"
         self._write_meta(
-            end=_now(),
+            end=now(),
             wall_s=round(time.perf_counter() - self.t0, 3),
             exit_status=code if code is not None else -int(signal.SIGTERM),
             status=status,

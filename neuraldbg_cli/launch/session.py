@@ -8,29 +8,23 @@ from __future__ import annotations
 import datetime as dt
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from neuraldbg_cli import __version__
 from neuraldbg_cli.config import Settings
 from neuraldbg_cli.errors import ExitCode, NeuraldbgError
 from neuraldbg_cli.launch.children import arm_parent, job_id, wait_for_children
 from neuraldbg_cli.launch.console import verdict
 from neuraldbg_cli.launch.distributed import JOB_FILE, LAUNCHED, RankInfo, job_start, rank_info, shared_run_dir
 from neuraldbg_cli.launch.scriptexec import execute, install_sigterm, resolve_target, restore_sigterm
-from neuraldbg_cli.launch.wiring import StageWiring
+from neuraldbg_cli.launch.wiring import StageWiring, base_meta, now
 from neuraldbg_cli.probe.hookset import HookSet
-from neuraldbg_cli.trace.events import EVENT_SCHEMA, META_SCHEMA
+from neuraldbg_cli.trace.events import EVENT_SCHEMA
 from neuraldbg_cli.trace.job import last_row_step
 from neuraldbg_cli.trace.writer import EVENTS, META, STATS, point_latest, rank_file
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def default_run_dir(stem: str) -> Path:
@@ -120,30 +114,20 @@ class Session(StageWiring):
             self._warn_once("meta.json", e)
 
     def run(self) -> int:
-        import torch  # deferred: `explain` must not pay for torch
 
         from neuraldbg_cli.probe.hooks import Probe
         from neuraldbg_cli.verify.trial import from_env
 
         trial = from_env(self.run_dir)  # a verify trial: its variables leave os.environ before it is recorded
-        self.meta = {
-            "schema": META_SCHEMA,
-            "neuraldbg": __version__,
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "argv": self.argv,
-            "mode": self.mode,
-            "script": str(self.path or self.argv[0]),
-            "cwd": os.getcwd(),
-            "executable": sys.executable,
-            "env": script_env(os.environ),
-            "start": _now(),
-            "status": "running",
-            "world_size": self.info.world_size if self.info is not None else 1,
-            "pid": os.getpid(),
-            "settings": self.settings.model_dump(mode="json"),
-        }
+        self.meta = base_meta(
+            self.settings,
+            self.argv,
+            str(self.path or self.argv[0]),
+            mode=self.mode,
+            env=script_env(os.environ),
+            status="running",
+            world_size=self.info.world_size if self.info is not None else 1,
+        )
         if self.info is not None:
             self.meta.update(
                 rank=self.info.rank,
@@ -189,7 +173,7 @@ class Session(StageWiring):
         if resumed is not None:
             resumed.remove()
         self.write_meta(
-            end=_now(),
+            end=now(),
             wall_s=round(time.perf_counter() - t0, 3),
             exit_status=code,
             status=status,

@@ -7,6 +7,8 @@ the script executed, the verdict and exit status."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import os
 import sys
 import time
 from pathlib import Path
@@ -17,7 +19,7 @@ from neuraldbg_cli.errors import NeuraldbgError
 from neuraldbg_cli.launch.console import Console
 from neuraldbg_cli.launch.distributed import RankInfo
 from neuraldbg_cli.reason.monitor import Monitor
-from neuraldbg_cli.trace.events import SemanticEvent, StepRecord
+from neuraldbg_cli.trace.events import META_SCHEMA, SemanticEvent, StepRecord
 from neuraldbg_cli.trace.job import RunData
 from neuraldbg_cli.trace.writer import RunWriter, StatsThinner
 
@@ -146,6 +148,36 @@ class StageWiring:
             self.monitor.finish()
         except Exception as e:  # noqa: BLE001
             self._warn_once("monitor", e)
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def base_meta(settings: Settings, argv: list[str], script: str, **fields: Any) -> dict[str, Any]:
+    """meta.json's fields every observed process writes (a script's session, a child process, an observe()
+    block): versions, what ran and where, when it started, with which settings; `fields` add to them."""
+    import platform
+
+    import torch
+
+    from neuraldbg_cli import __version__
+
+    return {
+        "schema": META_SCHEMA,
+        "neuraldbg": __version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "argv": list(argv),
+        "script": script,
+        "cwd": os.getcwd(),
+        "executable": sys.executable,
+        "start": now(),
+        "pid": os.getpid(),
+        "settings": settings.model_dump(mode="json"),
+        **fields,
+    }
 
 
 def _model_doc(models: list[Any], optimizers: Any) -> dict[str, Any]:
