@@ -1,6 +1,7 @@
 """Test helpers: run the real CLI in a subprocess (`python -m neuraldbg_cli`) on small CPU scripts."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -65,16 +66,37 @@ class Observed:
 _cache: dict[tuple, Observed] = {}
 
 
+def _shared_dir(tmp_path_factory) -> Path:
+    """A folder every xdist worker of this session sees (their base temp folders' parent), else the session's."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def observe(tmp_path_factory):
-    """observe('vanishing.py', '--steps', '30') -> Observed; cached per (script, args) for the session."""
+    """observe('vanishing.py', '--steps', '30') -> Observed; cached per (script, args) for the session, across the
+    xdist workers too (the first worker to ask runs it under a file lock; the others read its result). A test
+    must not change what is in the run directory."""
+    import filelock
+
+    shared = _shared_dir(tmp_path_factory) / "observed"
+    shared.mkdir(exist_ok=True)
 
     def _observe(script: str, *args: str, options: tuple[str, ...] = (), quiet: bool = True) -> Observed:
         key = (script, args, options, quiet)
         if key not in _cache:
-            run_dir = tmp_path_factory.mktemp("run") / "trace"
-            proc = run_cli("run", *(["--quiet"] if quiet else []), "--run-dir", run_dir, *options, ASSETS / script,
-                           *args)
+            name = hashlib.sha1(repr(key).encode()).hexdigest()[:16]
+            run_dir, done = shared / name / "trace", shared / name / "proc.json"
+            with filelock.FileLock(str(shared / f"{name}.lock")):
+                if done.exists():
+                    doc = json.loads(done.read_text())
+                    proc = subprocess.CompletedProcess(doc["args"], doc["returncode"], doc["stdout"], doc["stderr"])
+                else:
+                    run_dir.parent.mkdir(exist_ok=True)
+                    proc = run_cli("run", *(["--quiet"] if quiet else []), "--run-dir", run_dir, *options,
+                                   ASSETS / script, *args)
+                    done.write_text(json.dumps({"args": [str(a) for a in proc.args], "returncode": proc.returncode,
+                                                "stdout": proc.stdout, "stderr": proc.stderr}))
             _cache[key] = Observed(proc, run_dir)
         return _cache[key]
 

@@ -560,6 +560,30 @@ def test_a_scheduler_stepped_per_batch_with_epoch_sized_steps_is_named(observe, 
     assert all(h.get("caused_by") == "loop_misuse" for h in frozen), frozen
 
 
+@pytest.mark.parametrize("per,counted", [("top_warmup", True), ("top", False), ("onecycle_first", False),
+                                         ("amp_skip", None), ("epoch", None)])
+def test_a_scheduler_stepped_before_the_optimizer_is_named_where_it_skips_a_value(observe, per, counted):
+    """torch's own warning, with the line and what it cost: a warm-up stepped at the top of each epoch loses its
+    first stage (counted); StepLR there (its first value unchanged) and a per-batch OneCycleLR stepped between
+    backward() and step() (its next value 1.7% off) only shift the schedule by one step (a note). A GradScaler that
+    skips the first steps makes torch warn too, but the order is right: nothing (None)."""
+    report = observe("loop_sched.py", "--per", per).report
+    early = [h for h in report["hypotheses"] if any(e.get("to") == "scheduler_before_step" for e in h["evidence"])]
+    if counted is None:
+        assert early == [] and report["status"] == "healthy", report["hypotheses"]
+        return
+    assert len(early) == 1 and early[0]["kind"] == "loop_misuse", early
+    h = early[0]
+    assert "loop_sched.py:" in h["suggestions"][0] and "after optimizer.step()" in h["suggestions"][0], h
+    if counted:
+        assert report["hypotheses"][0] is h and h["confidence"] >= 0.5, report["hypotheses"]
+        assert "LambdaLR.step()" in h["summary"] and "before any backward pass" in h["summary"]
+        assert "first value (lr=0.0166667) is never used" in h["summary"], h["summary"]
+    else:
+        assert h["confidence"] < 0.5 and report["status"] == "healthy", h
+        assert "one step early" in h["summary"], h["summary"]
+
+
 BROKEN = [
     ("loop_mnist.py", ("--zero", "none"), "loop_mnist.py:60"),
     ("loop_accumulation.py", ("--zero", "none"), "loop_accumulation.py:31"),

@@ -25,6 +25,7 @@ from neuraldbg_cli.errors import NeuraldbgError, StopTraining
 from neuraldbg_cli.launch import children
 from neuraldbg_cli.launch.session import prepare_run_dir
 from neuraldbg_cli.launch.wiring import StageWiring, base_meta, now
+from neuraldbg_cli.probe.hookset import HookSet
 from neuraldbg_cli.trace.events import Report
 from neuraldbg_cli.trace.writer import point_latest
 
@@ -68,6 +69,8 @@ class Observation(StageWiring):
         self.exit_code: int | None = None
         self.entered = False
         self.pid = os.getpid()
+        self.argv, self.path = list(sys.argv), None  # what its training children record as their script
+        self.kids = HookSet()
 
     # ------------------------------------------------------------------ the block
 
@@ -94,6 +97,7 @@ class Observation(StageWiring):
         except Exception as e:  # noqa: BLE001 - then the block runs unobserved, rather than not at all
             self.probe.hooks.remove()
             self._warn_once("probe installation", e)
+        self.kids = children.arm(self)  # child processes that train inside the block write into its run
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
@@ -119,7 +123,9 @@ class Observation(StageWiring):
         from neuraldbg_cli.reason import reasoner
         from neuraldbg_cli.trace.job import read_job
 
+        self.kids.remove()
         self._close()
+        children.collect(self)
         status = "stopped" if self.stopped is not None else "finished" if code == 0 else "failed"
         if self.stopped is not None:
             self.meta.update(stopped_at=self.stopped["step"], stopped_by=self.stopped["kinds"])

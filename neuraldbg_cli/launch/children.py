@@ -59,7 +59,10 @@ def arm_parent(session: Any, job: str) -> HookSet:
     os.environ[childboot.ENV] = orjson.dumps(doc).decode()
 
     def forget() -> None:
+        global _parent
         os.environ.pop(childboot.ENV, None)
+        if _parent is session:
+            _parent = None
 
     undo.on_remove(forget)
     childboot.boot()  # fork children inherit the wrapped bootstrap
@@ -81,6 +84,28 @@ def arm_parent(session: Any, job: str) -> HookSet:
     except (ImportError, AttributeError):
         pass
     return undo
+
+
+def arm(session: Any) -> HookSet:
+    """arm_parent for a script's session or an observe() block: the job's id goes in its meta; a failure is one
+    warning (its children then train unobserved)."""
+    try:
+        session.meta["job"] = job_id(session.run_dir, session.pid)
+        return arm_parent(session, session.meta["job"])
+    except Exception as e:  # noqa: BLE001
+        session._warn_once("child processes", e)
+        return HookSet()
+
+
+def collect(session: Any) -> None:
+    """At the end of an armed session: wait for the traces of the children that trained, and count them in its
+    meta (the job's meta)."""
+    if "job" not in session.meta:
+        return
+    kids = wait_for_children(session.run_dir, session.pid)
+    if kids:
+        groups = {k["world_size"] for k in kids if isinstance(k.get("world_size"), int)}
+        session.meta.update(children=len(kids), world_size=max(groups) if groups else len(kids))
 
 
 def _booting_command_line(original: Any) -> Any:

@@ -16,7 +16,7 @@ import orjson
 
 from neuraldbg_cli.config import Settings
 from neuraldbg_cli.errors import ExitCode, NeuraldbgError
-from neuraldbg_cli.launch.children import arm_parent, job_id, wait_for_children
+from neuraldbg_cli.launch.children import arm, collect
 from neuraldbg_cli.launch.console import verdict
 from neuraldbg_cli.launch.distributed import JOB_FILE, LAUNCHED, RankInfo, job_start, rank_info, shared_run_dir
 from neuraldbg_cli.launch.scriptexec import execute, install_sigterm, resolve_target, restore_sigterm
@@ -240,21 +240,12 @@ class Session(StageWiring):
         of a torchrun job, whose run is already the job's."""
         if self.info is not None:
             return HookSet()
-        try:
-            self.meta["job"] = job_id(self.run_dir, self.pid)
-            return arm_parent(self, self.meta["job"])
-        except Exception as e:  # noqa: BLE001
-            self._warn_once("child processes", e)
-            return HookSet()
+        return arm(self)
 
     def _children_ended(self) -> None:
         """Wait for the traces of the children that trained, and name them in meta.json (the job's meta)."""
-        if self.info is not None or "job" not in self.meta:
-            return
-        kids = wait_for_children(self.run_dir, self.pid)
-        if kids:
-            groups = {k["world_size"] for k in kids if isinstance(k.get("world_size"), int)}
-            self.meta.update(children=len(kids), world_size=max(groups) if groups else len(kids))
+        if self.info is None:
+            collect(self)
 
     def _verdict(self, code: int) -> int:
         return verdict(self.run_dir, self.settings, code)

@@ -119,6 +119,10 @@ class Probe:
         sampler = _distributed_sampler()
         if sampler is not None and "__iter__" in sampler.__dict__:
             h.patch(sampler, "__iter__", pacer.wrap_sampler_iter(sampler.__dict__["__iter__"]))
+        # an lr scheduler's first step() (the loop checks it comes after the optimizer's first step)
+        sched = getattr(getattr(torch.optim, "lr_scheduler", None), "LRScheduler", None)
+        if sched is not None and "step" in sched.__dict__:
+            h.patch(sched, "step", pacer.wrap_scheduler_step(sched.__dict__["step"]))
         scaler = getattr(torch.amp, "GradScaler", None)
         if scaler is not None and "scale" in scaler.__dict__:
             h.patch(scaler, "scale", self._backward.wrap_scale(scaler.scale))
@@ -208,6 +212,8 @@ class Probe:
                 info.facts["optimizers"] = trained_by
             if self._loop.sampler_at:
                 info.facts["sampler_at"] = self._loop.sampler_at
+            if self._loop.scheduler_early is not None:
+                info.facts["scheduler_early"] = self._loop.scheduler_early
             if keeper is not None:
                 info.facts["kept_graphs"] = {
                     "name": keeper.name,

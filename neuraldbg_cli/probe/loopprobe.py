@@ -226,6 +226,9 @@ class LoopWatch:
         self.sampler_at = ""  # "file:line" of the loop over the first sampler found iterated with an unchanged epoch
         self._last: weakref.ref | None = None  # the optimizer that stepped last
         self._fresh = False  # a step ended and no backward pass began since: gradients the step already applied
+        self._backward_seen = False  # some backward pass has begun in this process
+        self.scheduler_early: dict[str, Any] | None = None  # a scheduler stepped before its optimizer's first step
+        self._early: tuple[weakref.ref, dict[str, Any]] | None = None  # one, after a backward pass: not yet told
 
     def _site(self, opt: torch.optim.Optimizer) -> LoopSite:
         """The optimizer's LoopSite, made (and numbered) the first time it is needed."""
@@ -277,6 +280,9 @@ class LoopWatch:
 
     def backward_begin(self) -> None:
         """A backward pass begins: for each optimizer between two steps, was its gradient zeroed since its step?"""
+        self._backward_seen = True
+        if self._early is not None:  # the step after that backward pass never came (a GradScaler skipped it)
+            self._early = None
         if not self._open or "loop" in self._guard.off:
             return
         try:
@@ -326,6 +332,56 @@ class LoopWatch:
             buf.extend("loopclip", site.index, [], ClipLayout(site, root, module, float(self._fresh), line))
         except Exception as e:  # noqa: BLE001
             self._guard.fault("loop", e)
+
+    def scheduler_step(self, sched: Any) -> list[float] | None:
+        """An lr scheduler's step() is called (before it runs): its first call after its construction, with its
+        optimizer never stepped since (torch's own flag, `_opt_called`, set by the step wrapper the scheduler put
+        on the optimizer), skips the schedule's first value. Returns the lrs before the call when it is such a
+        call (scheduler_stepped then reads them after it)."""
+        if self.scheduler_early is not None or "loop" in self._guard.off:
+            return None
+        try:
+            opt = getattr(sched, "optimizer", None)
+            if getattr(sched, "_step_count", None) != 1 or opt is None or getattr(opt, "_opt_called", False):
+                return None
+            if not hasattr(getattr(opt, "step", None), "_wrapped_by_lr_sched"):
+                return None  # step() replaced after the scheduler was made: torch's flag tells nothing
+            return [float(g["lr"]) for g in opt.param_groups]
+        except Exception as e:  # noqa: BLE001
+            self._guard.fault("loop", e)
+            return None
+
+    def scheduler_stepped(self, sched: Any, before: list[float], step: int) -> None:
+        """Such a call returned: before any backward pass it is told at once (the schedule begins a value late);
+        after one, only when the optimizer's step comes next (the scheduler stepped between backward() and
+        step()). A backward pass that comes first means that step was skipped (a GradScaler's inf check): then
+        the order was right and nothing is told."""
+        try:
+            at, line = _where()
+            fact = {
+                "scheduler": type(sched).__name__,
+                "at": f"{at}:{line}" if line else at,
+                "step": step,
+                "lr_before": before[0] if before else None,
+                "lr_after": float(sched.optimizer.param_groups[0]["lr"]),
+                "changed": any(
+                    abs(float(g["lr"]) - b) > 1e-12 * max(abs(b), 1e-30)
+                    for g, b in zip(sched.optimizer.param_groups, before)
+                ),
+                "where": "before any backward pass" if not self._backward_seen else "between backward() and step()",
+            }
+            if self._backward_seen:
+                self._early = (weakref.ref(sched.optimizer), fact)
+            else:
+                self._told(fact)
+        except Exception as e:  # noqa: BLE001
+            self._guard.fault("loop", e)
+
+    def _told(self, fact: dict[str, Any]) -> None:
+        self._early = None
+        if self.scheduler_early is None:
+            self.scheduler_early = fact
+            self._on_kept(None)  # model.json names it
 
     def sampler_iter(self, sampler: Any, buf: StepBuffer) -> None:
         """A DistributedSampler is iterated (an epoch's `for batch in loader` begins): its epoch then, against the
@@ -407,6 +463,8 @@ class LoopWatch:
     def pre_step(self, opt: torch.optim.Optimizer, buf: StepBuffer) -> None:
         """The optimizer's next step begins: its interval, if a backward pass fell in it, goes in the buffer; and
         whether the gradient this step's backward pass left is still there (_cleared)."""
+        if self._early is not None and self._early[0]() is opt:
+            self._told(self._early[1])
         if self._after and "loop" not in self._guard.off:
             try:
                 self._cleared(opt, buf)

@@ -185,6 +185,23 @@ class StepPacer:
         __iter__.__wrapped__ = original  # type: ignore[attr-defined]
         return __iter__
 
+    def wrap_scheduler_step(self, original: Callable) -> Callable:
+        """LRScheduler.step, patched: the loop checks the first call comes after the optimizer's first step
+        (loopprobe.LoopWatch.scheduler_step). One attribute read per call after that one."""
+        pacer = self
+
+        def step(sched: Any, *args: Any, **kwargs: Any) -> Any:
+            before = None
+            if pacer._guard.mine() and not compiling():
+                before = pacer._loop.scheduler_step(sched)
+            out = original(sched, *args, **kwargs)
+            if before is not None:
+                pacer._loop.scheduler_stepped(sched, before, pacer._steps.step)
+            return out
+
+        step.__wrapped__ = original  # type: ignore[attr-defined]
+        return step
+
     def _drop_discarded(self, obj: Any) -> None:
         """A zero_grad that no step close preceded: when it discards every gradient the models hold, the
         backward passes since the last optimizer step served no update (an adversarial attack's inner loop

@@ -16,10 +16,10 @@ import torch.nn.functional as F
 parser = argparse.ArgumentParser()
 parser.add_argument("--keep", default="item", choices=["item", "tensor", "detach", "hidden"])
 parser.add_argument("--epochs", type=int, default=3)
-parser.add_argument("--batches", type=int, default=None, help="per epoch (default 100, the RNN 20)")
+parser.add_argument("--batches", type=int, default=None, help="per epoch (default 100, the RNN 12)")
 args = parser.parse_args()
 if args.batches is None:
-    args.batches = 100 if args.keep in ("item", "tensor") else 20
+    args.batches = 100 if args.keep in ("item", "tensor") else 12
 torch.manual_seed(0)
 
 

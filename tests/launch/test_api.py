@@ -134,6 +134,34 @@ def test_decorator_nesting_interrupt_and_stop_on(tmp_path):
     assert stopped["status"] == "stopped" and stopped["steps_observed"] < 40 and "STOPPED" in r.stdout
 
 
+def test_child_processes_that_train_inside_a_block_are_observed_into_its_run(tmp_path):
+    """Hogwild from a notebook or a program (fork, as a notebook can start them): the children's traces join the
+    block's run and its verdict; once the block has ended a child process is not observed any more."""
+    r = python("""
+        import os, argparse, torch, torch.multiprocessing as mp, neuraldbg, hogwild
+        args = argparse.Namespace(mode="nan_child", steps=30, procs=2, lr=0.05, seed=1)
+        mp.set_start_method("fork", force=True)
+
+        def hogwild_train():
+            model = hogwild.Net(); model.share_memory()
+            procs = [mp.Process(target=hogwild.train, args=(rank, args, model)) for rank in range(2)]
+            [p.start() for p in procs]; [p.join() for p in procs]
+
+        with neuraldbg.observe(run_dir="hog", quiet=True) as obs:
+            hogwild_train()
+        top = [(h.kind.value, h.origin.rank, h.origin.step) for h in obs.explain().hypotheses if h.confidence >= 0.5]
+        print("TOP", top[:1], obs.explain().steps_observed, "NEURALDBG_CHILD" in os.environ)
+        args.mode = "healthy"
+        hogwild_train()  # after the block: not observed
+    """, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "TOP [('data_anomaly', 1, 12)] 60 False" in r.stdout, r.stdout + r.stderr
+    assert sorted(p.name for p in (tmp_path / "hog").glob("meta.rank*.json")) == ["meta.rank0.json", "meta.rank1.json"]
+    meta = json.loads((tmp_path / "hog" / "meta.json").read_text())
+    assert meta["children"] == 2 and meta["mode"] == "api"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hog"]  # nothing written after the block
+
+
 def test_cell_magic(tmp_path, tmp_path_factory):
     pytest.importorskip("IPython")
     r = python("""

@@ -240,7 +240,7 @@ def loop_misuse(ctx: Context) -> Hypothesis | None:
         evs = ctx.select(types=[EventType.loop_health.value], to=[state.value], sites=[SITE])
         if evs:
             return build(ctx, evs)
-    return _lr_collapsed(ctx)
+    return _lr_collapsed(ctx) or _scheduler_early(ctx)
 
 
 class _Site(NamedTuple):
@@ -431,6 +431,69 @@ def _lr_collapsed(ctx: Context) -> Hypothesis | None:
             "lr": last,
             "steps": float(total),
             "optimizer_type": kind,
+        }
+    ]
+    return h
+
+
+EARLY_SKIPPED = 0.6  # the schedule's first value lost (a warm-up's gentlest stage, a decay's first epoch): wrong
+EARLY_MATERIAL = 0.1  # the skipped first value counts when it differs from the next by more than this (relative):
+# an epoch schedule's first step (a warm-up stage, a decay's factor), not a per-batch schedule's next tiny increment
+EARLY_SHIFTED = 0.35  # the first value unchanged by the early call: only the later changes come a step early (a note)
+
+
+def _scheduler_early(ctx: Context) -> Hypothesis | None:
+    """An lr scheduler stepped before its optimizer's first step (model.json's `scheduler_early`, read by the probe
+    at the scheduler's first step() call; torch warns of the same): the schedule starts one value late. Counted
+    when that call changed the lr (its first value is never used: a warm-up loses its first stage, a decay
+    trains its first epoch a factor lower), by more than EARLY_MATERIAL; a note when it did not (every later change
+    comes one step early: a per-batch schedule's first increment is tiny)."""
+    early = next(
+        (
+            m["facts"]["scheduler_early"]
+            for m in ctx.models
+            if isinstance((m.get("facts") or {}).get("scheduler_early"), dict)
+        ),
+        None,
+    )
+    if early is None:
+        return None
+    name, at = str(early.get("scheduler") or "scheduler"), str(early.get("at") or "")
+    before, after = early.get("lr_before"), early.get("lr_after")
+    step = int(early.get("step") or 0)
+    known = isinstance(before, (int, float)) and isinstance(after, (int, float))
+    moved = abs(after - before) / abs(before) if known and before else (1.0 if early.get("changed") else 0.0)
+    changed = bool(early.get("changed")) and moved > EARLY_MATERIAL
+    lost = (
+        f"so the schedule's first value (lr={before:g}) is never used: the first update already runs at lr={after:g}"
+        if changed and known
+        else f"which moved the lr by {100 * moved:.1f}% only: every later change of the schedule comes one step early"
+        if early.get("changed")
+        else "the lr did not change at that call, but every later change of the schedule comes one step early"
+    )
+    summary = (
+        f"The lr scheduler is stepped before the optimizer: {name}.step(){' at ' + at if at else ''} is first called "
+        f"{early.get('where') or 'before the first optimizer.step()'}, before the optimizer's first step, {lost} "
+        "(torch warns of this order: the scheduler skips its first value)."
+    )
+    tips = [
+        f"call {name}.step() after optimizer.step(){_where(at)}: at the end of each epoch for an epoch schedule, "
+        "after each optimizer.step() for a per-batch one (`optimizer.step(); scheduler.step()`)",
+    ]
+    h = _hyp(Kind.loop_misuse, EARLY_SKIPPED if changed else EARLY_SHIFTED, None, step, summary, [], tips)
+    h.origin = Origin(module=None, step=step, root=None)
+    h.evidence = [
+        {
+            "type": "lr_schedule",
+            "step": step,
+            "module": None,
+            "from": "normal",
+            "to": "scheduler_before_step",
+            "site": SITE,
+            "scheduler": name,
+            "lr_before": before,
+            "lr_after": after,
+            **({"scheduler_at": at} if at else {}),
         }
     ]
     return h
