@@ -1033,3 +1033,18 @@ def test_one_data_order_every_epoch_explains_no_blow_up_and_memory_growth_is_a_r
     assert [h.caused_by for h in ordered] == [None, Kind.loop_misuse]
     ordered = rank([_h(Kind.loss_plateau, 0, 0.95), _h(Kind.memory_growth, 0, 0.9)], slack=10, loss_window=10)
     assert ordered[0].kind == Kind.memory_growth  # a root comes before a state of the network
+
+
+@pytest.mark.parametrize("finetune", ["before", "after", "head"])
+def test_an_optimizer_holding_only_frozen_parameters_is_named_and_intended_freezing_is_quiet(observe, finetune):
+    """The fine-tuning recipe (freeze the model, replace its head) with the optimizer built before it: it holds
+    only frozen parameters and trains nothing (named first, with the head left out after it). Built after it, over
+    model.parameters() (the frozen body in it) or over the head: healthy, whatever it holds frozen."""
+    report = observe("loop_outside.py", "--finetune", finetune).report
+    if finetune != "before":
+        assert report["status"] == "healthy", report["hypotheses"]
+        return
+    top, kinds = report["hypotheses"][0], [h["kind"] for h in report["hypotheses"] if h["confidence"] >= 0.5]
+    assert top["kind"] == "loop_misuse" and "Adam steps only frozen parameters" in top["summary"], top
+    assert "loop_outside.py:" in top["summary"] and "requires_grad" in top["suggestions"][0], top
+    assert top["evidence"][0]["to"] == "steps_frozen_only" and kinds[:2] == ["loop_misuse", "unchanged_weights"]

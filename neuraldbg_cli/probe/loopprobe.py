@@ -57,6 +57,7 @@ class LoopSite:
         "clip_at",
         "clip_line",
         "clip_max",
+        "frozen",
     )
 
     def __init__(self, index: int, opt_id: int, on_kept: Callable[[LoopSite], None]) -> None:
@@ -66,6 +67,9 @@ class LoopSite:
         self.kept_seen = False
         self.clip_at, self.clip_line = "", 0  # the latest clip_grad_*_ call found after its step
         self.clip_max: float | None = None  # that call's max_norm (clip_grad_norm_)
+        # it stepped holding no parameter that requires a gradient (a sampled step's check): at which step, how many
+        # parameters, which modules; None again once it is seen stepping a trainable one (frozen for a phase)
+        self.frozen: dict[str, Any] | None = None
 
     def kept(self) -> None:
         """A check of this optimizer read "kept" (records._place, as the step's values reach the host)."""
@@ -73,9 +77,9 @@ class LoopSite:
             self.kept_seen = True
             self._on_kept(self)
 
-    def note(self) -> dict[str, str | float]:
+    def note(self) -> dict[str, Any]:
         """What model.json says of this optimizer's loop: the script lines of its step() and backward() calls."""
-        out: dict[str, str | float] = {}
+        out: dict[str, Any] = {}
         if self.line:
             out["step_at"] = f"{self.step_at}:{self.line}"
         if self.backward_line:
@@ -84,6 +88,7 @@ class LoopSite:
             out["clip_at"] = f"{self.clip_at}:{self.clip_line}"
         if self.clip_max is not None:
             out["clip_max_norm"] = self.clip_max
+        out["frozen"] = self.frozen  # (None: it trains something, or was never seen otherwise)
         return out
 
 
@@ -267,7 +272,11 @@ class LoopWatch:
             site = self._site(opt)
             first = self._first_grad(opt)
             if first is None:
+                self._frozen(opt, site, buf.step)
                 return
+            if site.frozen is not None:  # it trains something now: frozen for a phase only
+                site.frozen = None
+                self._on_kept(site)
             p, owner, part = first
             with torch.no_grad():
                 snap = part.clone()
@@ -277,6 +286,18 @@ class LoopWatch:
             self._open[opt] = _Interval(site, p, owner, snap, found)
         except Exception as e:  # noqa: BLE001
             self._guard.fault("loop", e)
+
+    def _frozen(self, opt: torch.optim.Optimizer, site: LoopSite, step: int) -> None:
+        """A sampled step of an optimizer none of whose parameters has a gradient: does any of them require one?
+        When none does, it steps only frozen parameters: it can train nothing (model.json says so)."""
+        if site.frozen is not None:
+            return
+        params = [p for g in opt.param_groups for p in g["params"]]
+        if not params or any(p.requires_grad for p in params):
+            return
+        modules = sorted({f"{root}.{name}" if name else root for root, name in self._sets.of_optimizer(opt).owners})
+        site.frozen = {"step": step, "params": sum(p.numel() for p in params), "modules": modules[:6]}
+        self._on_kept(site)
 
     def backward_begin(self) -> None:
         """A backward pass begins: for each optimizer between two steps, was its gradient zeroed since its step?"""

@@ -230,6 +230,9 @@ def loop_misuse(ctx: Context) -> Hypothesis | None:
     """One hypothesis for the loop: the bug that does most (a step that applies nothing, then gradients summed
     over steps, batches of one class, clipping that clips nothing, the same data order every epoch, an lr that
     collapsed)."""
+    frozen = _frozen_optimizer(ctx)
+    if frozen is not None:
+        return frozen
     for state, build in (
         (S.zeroed_before_step, _zeroed_before_step),
         (S.grads_not_zeroed, _never_zeroed),
@@ -436,6 +439,61 @@ def _lr_collapsed(ctx: Context) -> Hypothesis | None:
     return h
 
 
+def _float(v: Any) -> float | None:
+    """A finite number read from model.json, else None (a file written by someone else may hold anything)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
+        return None
+    return float(v)
+
+
+FROZEN_CONFIDENCE = 0.85  # read directly: not one of the optimizer's parameters requires a gradient at its steps
+
+
+def _frozen_optimizer(ctx: Context) -> Hypothesis | None:
+    """An optimizer that steps holding only frozen parameters (requires_grad=False, every one, at its sampled steps
+    and never otherwise: model.json's `frozen`): it can change nothing. Freezing part of what an optimizer holds is
+    intended (a backbone under a trained head) and never judged; an optimizer over nothing trainable is a bug: it
+    was built before the model was frozen and its trained part replaced, or over the wrong module."""
+    found = [o for o in ctx.optimizers if isinstance(o.get("frozen"), dict)]
+    if not found:
+        return None
+    o = found[0]
+    frozen = o["frozen"]
+    kind, step_at = str(o.get("type") or "optimizer"), str(o.get("step_at") or "")
+    step = int(_float(frozen.get("step")) or 0)
+    modules = [str(m) for m in frozen.get("modules") or []] if isinstance(frozen.get("modules"), list) else []
+    count = int(_float(frozen.get("params")) or 0)
+    summary = (
+        f"{kind} steps only frozen parameters: every parameter it holds ({count:,} values"
+        f"{' in ' + ', '.join(modules[:4]) if modules else ''}) has requires_grad=False at its steps from step "
+        f"{step} on, so its step(){' at ' + step_at if step_at else ''} changes nothing: what it was meant to train "
+        "stays as it was. Usual cause: the optimizer was built before the model was frozen and its trained part "
+        "(a new head) put in, which it does not hold."
+    )
+    tips = [
+        "build the optimizer after freezing and replacing layers, over what trains: "
+        "`optimizer = torch.optim."
+        f"{kind if kind != 'optimizer' else 'SGD'}(filter(lambda p: p.requires_grad, model.parameters()), ...)`; "
+        "or, if these parameters are meant to train, set requires_grad=True on them",
+    ]
+    h = _hyp(Kind.loop_misuse, FROZEN_CONFIDENCE, None, step, summary, [], tips)
+    h.origin = Origin(module=None, step=step, root=None)
+    h.evidence = [
+        {
+            "type": "optimizer",
+            "step": step,
+            "module": None,
+            "from": "normal",
+            "to": "steps_frozen_only",
+            "site": SITE,
+            "optimizer_type": kind,
+            "params": count,
+            **({"step_at": step_at} if step_at else {}),
+        }
+    ]
+    return h
+
+
 EARLY_SKIPPED = 0.6  # the schedule's first value lost (a warm-up's gentlest stage, a decay's first epoch): wrong
 EARLY_MATERIAL = 0.1  # the skipped first value counts when it differs from the next by more than this (relative):
 # an epoch schedule's first step (a warm-up stage, a decay's factor), not a per-batch schedule's next tiny increment
@@ -448,21 +506,22 @@ def _scheduler_early(ctx: Context) -> Hypothesis | None:
     when that call changed the lr (its first value is never used: a warm-up loses its first stage, a decay
     trains its first epoch a factor lower), by more than EARLY_MATERIAL; a note when it did not (every later change
     comes one step early: a per-batch schedule's first increment is tiny)."""
+    facts = [m.get("facts") for m in ctx.models]
     early = next(
-        (
-            m["facts"]["scheduler_early"]
-            for m in ctx.models
-            if isinstance((m.get("facts") or {}).get("scheduler_early"), dict)
-        ),
+        (f["scheduler_early"] for f in facts if isinstance(f, dict) and isinstance(f.get("scheduler_early"), dict)),
         None,
     )
     if early is None:
         return None
     name, at = str(early.get("scheduler") or "scheduler"), str(early.get("at") or "")
-    before, after = early.get("lr_before"), early.get("lr_after")
-    step = int(early.get("step") or 0)
-    known = isinstance(before, (int, float)) and isinstance(after, (int, float))
-    moved = abs(after - before) / abs(before) if known and before else (1.0 if early.get("changed") else 0.0)
+    before, after = _float(early.get("lr_before")), _float(early.get("lr_after"))
+    step = int(_float(early.get("step")) or 0)
+    known = before is not None and after is not None
+    moved = (
+        abs(after - before) / abs(before)
+        if before is not None and after is not None and before
+        else (1.0 if early.get("changed") else 0.0)
+    )
     changed = bool(early.get("changed")) and moved > EARLY_MATERIAL
     lost = (
         f"so the schedule's first value (lr={before:g}) is never used: the first update already runs at lr={after:g}"
