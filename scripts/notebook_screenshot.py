@@ -25,7 +25,7 @@ body {{ font-family: -apple-system, 'Segoe UI', Roboto, sans-serif; margin: 16px
 .in {{ display: flex }} .prompt {{ width: 72px; color: #303f9f; font: 13px monospace; padding-top: 6px }}
 .src {{ flex: 1; background: #f5f5f5; border: 1px solid #e0e0e0; border-radius: 2px; padding: 6px 8px;
         font: 13px/1.4 monospace; white-space: pre }}
-.out {{ margin-left: 72px; padding: 4px 8px }} .out pre {{ margin: 0; font: 13px/1.4 monospace }}
+.out {{ margin-left: 72px; padding: 4px 8px }} .out pre {{ margin: 0; font: 13px/1.4 monospace; white-space: pre-wrap }}
 </style>{cells}"""
 
 

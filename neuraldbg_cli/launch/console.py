@@ -67,9 +67,8 @@ def _metric(metrics: dict[str, Any], name: str) -> float | None:
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def live_line(ev: SemanticEvent) -> str:
-    """One event as a console line, with the metrics that moved (see LIVE_METRICS); missing ones are
-    left out, and an event the table does not know shows the first of the usual metrics present."""
+def _moved(ev: SemanticEvent) -> list[str]:
+    """The metrics that moved (LIVE_METRICS for the event's site and state), as "name=value"."""
     group = _site_group(ev.site)
     state = ev.from_ if ev.to in HEALTHY_STATES and ev.from_ not in HEALTHY_STATES else ev.to
     wanted = LIVE_METRICS.get((group, state))
@@ -80,9 +79,27 @@ def live_line(ev: SemanticEvent) -> str:
             if v is not None:
                 shown.append(f"{name}={v:.3g}")
                 break
+    return shown
+
+
+def live_line(ev: SemanticEvent) -> str:
+    """One event as a console line, with the metrics that moved (see LIVE_METRICS); missing ones are
+    left out, and an event the table does not know shows the first of the usual metrics present."""
+    shown = _moved(ev)
     where = ev.module or ev.site or ev.root or "-"
     detail = f" ({', '.join(shown)})" if shown else ""
     return f"neuraldbg: step {ev.step} {where}: {ev.type} {ev.from_} -> {ev.to}{detail}"
+
+
+def group_line(evs: list[SemanticEvent]) -> str:
+    """Several modules' same transition at one step, as one line: the first and last module, how many, and the
+    first metric that moved at both ends ("layers.0 … layers.12 (13 modules) ... (rms=3.24e-16 … 1.07e-06)")."""
+    first, last = evs[0], evs[-1]
+    a, b = (_moved(first) or [""])[0], (_moved(last) or [""])[0]
+    name, _, end = b.partition("=")
+    detail = f" ({a} … {end})" if a and name == a.partition("=")[0] else f" ({a})" if a else ""
+    where = f"{first.module or first.site or '-'} … {last.module or last.site or '-'} ({len(evs)} modules)"
+    return f"neuraldbg: step {first.step} {where}: {first.type} {first.from_} -> {first.to}{detail}"
 
 
 class Console:
@@ -97,8 +114,11 @@ class Console:
         self.shown = 0
         self.info, self.run_dir = info, run_dir
         self.first: bool | None = None  # whether this rank saw the job's first problem (None: none yet)
+        self.group: tuple[tuple[Any, ...], list[SemanticEvent]] | None = None  # a step's events held back
 
     def event(self, ev: SemanticEvent) -> None:
+        """A monitor event. Events of one step that make the same transition (a gradient vanishing in 13 layers at
+        once) are printed as one line when the step's events end (flush), or when another kind of event comes."""
         if self.quiet or ev.type == "run_summary":
             return
         if (
@@ -112,12 +132,24 @@ class Console:
                 self._print(self.info.prefix + live_line(ev))
         if self.info is not None and self.info.rank != 0:
             return
+        key = (ev.step, ev.type, ev.from_, ev.to, _site_group(ev.site))
+        if self.group and self.group[0] != key:
+            self.flush()
+        if not self.group:
+            self.group = (key, [])
+        self.group[1].append(ev)
+
+    def flush(self) -> None:
+        """Print the events held back (one line for a step's same transition in several modules)."""
+        if not self.group:
+            return
+        evs, self.group = self.group[1], None
         self.shown += 1
         if self.shown > MAX_LIVE_LINES:
             if self.shown == MAX_LIVE_LINES + 1:
                 self._print("neuraldbg: … more events in the trace")
             return
-        self._print(live_line(ev))
+        self._print(live_line(evs[0]) if len(evs) == 1 else group_line(evs))
 
     def _print(self, line: str) -> None:
         if self.tty:

@@ -75,6 +75,7 @@ class StageWiring:
                     self.monitor.observe(rec)
             except Exception as e:  # noqa: BLE001
                 self._warn_once("monitor", e)
+        self.console.flush()  # (this batch of steps' events: a line per step and transition)
         if "stats.jsonl" not in self.off:
             try:
                 self.writer.stats(self.thinner.rows(records))
@@ -148,6 +149,7 @@ class StageWiring:
             self.monitor.finish()
         except Exception as e:  # noqa: BLE001
             self._warn_once("monitor", e)
+        self.console.flush()
 
 
 def now() -> str:

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 from conftest import ASSETS, run_cli, run_python
 
-from neuraldbg_cli.launch.console import live_line
+from neuraldbg_cli.launch.console import Console, live_line
 from neuraldbg_cli.trace.events import SemanticEvent
 
 WHOAMI = textwrap.dedent('''
@@ -128,6 +128,21 @@ def test_live_line_shows_the_metric_that_moved(event, shown, hidden):
     line = live_line(event)
     assert line.startswith(f"neuraldbg: step 7 enc.0: t {event.from_} -> {event.to}")
     assert shown in line and hidden not in line.split("->")[1], line
+
+
+def test_one_steps_same_transition_in_several_modules_is_one_line(capsys):
+    """A gradient vanishing in 13 layers at once: one line (first and last module, how many, the metric at both
+    ends), printed when the step's events end; another transition or step is a line of its own."""
+    console = Console(quiet=False)
+    for i in range(13):
+        console.event(SemanticEvent(type="g", step=0, module=f"layers.{i}", site="gradient", to="vanishing",
+                                    metrics={"rms": 10.0 ** (i - 16)}, from_="healthy"))
+    console.event(SemanticEvent(type="l", step=0, module=None, site="loss", to="plateau", metrics={"loss": 0.7},
+                                from_="normal"))
+    assert capsys.readouterr().err.splitlines() == [
+        "neuraldbg: step 0 layers.0 … layers.12 (13 modules): g healthy -> vanishing (rms=1e-16 … 0.0001)"]
+    console.flush()
+    assert capsys.readouterr().err.splitlines() == ["neuraldbg: step 0 loss: l normal -> plateau (loss=0.7)"]
 
 
 def test_conv1d_dead_channels_found_through_the_cli(observe):
