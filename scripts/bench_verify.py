@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,11 +45,19 @@ def _cli(*args: str, cwd: Path, timeout: float) -> tuple[subprocess.CompletedPro
     return proc, time.perf_counter() - t0
 
 
-def one(script: Path, work: Path, timeout: float) -> dict:
-    run_dir = work / f"{script.parent.name}-{script.stem}"
-    proc, run_s = _cli("run", "--quiet", "--run-dir", str(run_dir), str(script), cwd=script.parent, timeout=timeout)
-    if not (run_dir / "events.jsonl").exists():
-        return {"name": script.name, "error": f"run failed ({proc.returncode}): {proc.stderr.strip()[-200:]}"}
+def one(script: Path, work: Path, timeout: float, kept: Path | None = None) -> dict:
+    """`kept`: a run directory a suite's --keep left for this scenario (used as is: verify re-runs its command
+    with the fixes, the run directory gets their verify.json); else the scenario is run first."""
+    if kept is not None:
+        run_dir, run_s = kept, 0.0
+        if not (run_dir / "events.jsonl").exists():
+            return {"name": script.name, "error": f"no kept run in {run_dir}"}
+    else:
+        run_dir = work / f"{script.parent.name}-{script.stem}"
+        proc, run_s = _cli("run", "--quiet", "--run-dir", str(run_dir), str(script), cwd=script.parent,
+                           timeout=timeout)
+        if not (run_dir / "events.jsonl").exists():
+            return {"name": script.name, "error": f"run failed ({proc.returncode}): {proc.stderr.strip()[-200:]}"}
     explain, _ = _cli("explain", str(run_dir), "--format", "json", cwd=work, timeout=timeout)
     report = json.loads(explain.stdout) if explain.returncode == 0 else {}
     top = next(iter(report.get("hypotheses") or []), None)
@@ -60,7 +69,7 @@ def one(script: Path, work: Path, timeout: float) -> dict:
     trials = [m for m in map(TRIAL_LINE.match, verify.stdout.splitlines()) if m]
     control = (result.get("control") or {}).get("runs") or []
     return {
-        "name": f"{script.parent.name}/{script.name}",
+        "name": f"{script.parent.name}/{script.name}" if kept is None or script.suffix else f"public/{script}",
         "top": top and top.get("kind"),
         "fixes": [(f.get("kind"), f.get("id"), f.get("status")) for f in fixes],
         "top_verified": any(f.get("status") == "verified" for f in top_fixes[:1]),
@@ -90,6 +99,21 @@ def scenarios(dirs: list[str], keys: list[str], cases: list[str], limit: int | N
     return out[:limit] if limit is not None else out
 
 
+def public_cases(keys: list[str], cases: list[str]) -> list[tuple[str, Path]]:
+    """The broken cases of the unmodified-public-code set (scripts/public_code), by name, with the kept folder's
+    relative run directory (score_public.py --keep DIR leaves DIR/<case>/run, the repository copy beside it)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import score_public
+
+    out = []
+    for c in score_public.load_cases():
+        name = c["name"]
+        if c["label"]["healthy"] or (keys and not any(k in name for k in keys)) or (cases and name not in cases):
+            continue
+        out.append((name, Path(name) / "run"))
+    return out
+
+
 def summary(rows: list[dict]) -> str:
     ok = [r for r in rows if "error" not in r]
     statuses = [s for r in ok for _, _, s in r["fixes"]]
@@ -116,17 +140,27 @@ def main() -> int:
     p.add_argument("--limit", type=int, help="at most this many scenarios (after the filters)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds for one run (verify gets 20x)")
     p.add_argument("--json", help="write the rows here")
+    p.add_argument("--runs", action="append", default=[],
+                   help="SUITE=DIR: that suite's run directories as its score_scenarios.py --keep DIR left them "
+                        "(not run again); SUITE is the folder name (scenarios, scenarios_holdout, scenarios_real)")
+    p.add_argument("--public", help="also the broken cases of the public-code set, from score_public.py --keep DIR")
+    p.add_argument("-j", type=int, default=1, help="scenarios verified at once")
     a = p.parse_args()
     dirs = a.dir or [str(ROOT / "scripts" / s) for s in SUITES]
     cases = [c.strip() for c in a.cases.split(",") if c.strip()]
-    chosen = scenarios(dirs, a.k, cases, a.limit)
+    kept_dirs = dict(r.split("=", 1) for r in a.runs)
+    chosen: list[tuple[Path, Path | None]] = []
+    for script in scenarios(dirs, a.k, cases, a.limit):
+        base = kept_dirs.get(script.parent.name)
+        chosen.append((script, Path(base) / script.stem if base else None))
+    if a.public:
+        chosen += [(Path(name), Path(a.public) / run) for name, run in public_cases(a.k, cases)]
     if not chosen:
         print("bench_verify: no broken scenario matches", file=sys.stderr)
         return 2
     rows = []
-    with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
-        for script in chosen:
-            row = one(script, Path(tmp), a.timeout)
+    with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp, ThreadPoolExecutor(a.j) as pool:
+        for row in pool.map(lambda c: one(c[0], Path(tmp), a.timeout, c[1]), chosen):
             rows.append(row)
             if "error" in row:
                 print(f"{row['name']:60s} ERROR {row['error']}", flush=True)

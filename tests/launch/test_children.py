@@ -112,12 +112,13 @@ def test_pool_of_trainers(tmp_path, start):
 
 # ---------------------------------------------------------------- children that do not train
 
-@pytest.mark.parametrize("start", ["fork", "spawn"])
-def test_dataloader_workers_leave_no_trace(tmp_path, start):
-    proc, run_dir, report = observed(tmp_path, "loader_workers.py", "--start", start, "--epochs", "1")
+@pytest.mark.parametrize("start,workers", [("fork", "2"), ("spawn", "1")])  # (a spawned worker imports torch)
+def test_dataloader_workers_leave_no_trace(tmp_path, start, workers):
+    args = ("--start", start, "--epochs", "1", "--workers", workers)
+    proc, run_dir, report = observed(tmp_path, "loader_workers.py", *args)
     assert not list(run_dir.glob("*.rank*")), sorted(p.name for p in run_dir.iterdir())
     assert report["steps_observed"] == 32 and "processes" not in report["run"]
-    assert proc.stdout == run_python(ASSETS / "loader_workers.py", "--start", start, "--epochs", "1").stdout
+    assert proc.stdout == run_python(ASSETS / "loader_workers.py", *args).stdout
 
 
 def test_a_failing_child_fails_the_parent_as_under_python(tmp_path):

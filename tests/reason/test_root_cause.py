@@ -89,6 +89,29 @@ def test_an_optimizer_never_stepped_is_not_a_consequence_of_another_models_fadin
     assert_links_have_evidence(hyps)
 
 
+def test_weights_that_moved_then_stalled_after_a_blow_up_are_its_consequence_not_a_root():
+    """Adam at a huge lr: gradients of 1e4 at step 1, dead units, and from step 460 a layer's weights bit-identical
+    although they get gradients of 3e-7 (steps divided by the blow-up's squared gradients Adam still averages).
+    They had moved (norm 3.5 -> 14): a stall, not a step never taken; the blow-up explains it and leads. Weights
+    that never moved at all (the norm still its first) stay a root whatever came before."""
+    evs = [
+        ev(GRAD, 1, "m2", "healthy", "exploding", "gradient", rms=9.3e3, ratio_to_max=1.0),
+        ev(LOSS, 1, None, "normal", "diverging", "loss", recent=1.4e4, start=650.0, best=650.0),
+        ev(UPD, 460, "m2", "updating", "unchanged", "weights", weight_norm=14.0, first_weight_norm=3.46,
+           weight_ratio=4.06, update_ratio=0.0, grad_rms=2.65e-7, in_optimizer=1.0),
+    ]
+    hyps = explain(evs, MODELS, optimizer("Adam", 0.1))
+    k = by_kind(hyps)
+    assert hyps[0].kind != Kind.unchanged_weights and k[Kind.unchanged_weights].caused_by == Kind.exploding_gradient
+    assert "stop changing" in k[Kind.unchanged_weights].summary and "float resolution" in k[Kind.unchanged_weights].because
+    assert "optimizer.step() is called" not in " ".join(k[Kind.unchanged_weights].suggestions)
+    assert_links_have_evidence(hyps)
+    never = [*evs[:2], ev(UPD, 2, "m2", "updating", "unchanged", "weights", weight_norm=3.46, first_weight_norm=3.46,
+                        weight_ratio=1.0, update_ratio=0.0, grad_rms=2.65e-7, in_optimizer=1.0)]
+    k = by_kind(explain(never, MODELS, optimizer("Adam", 0.1)))
+    assert k[Kind.unchanged_weights].caused_by is None and "never change" in k[Kind.unchanged_weights].summary
+
+
 def test_a_loss_that_falls_without_bound_leads_its_explosion():
     """A loss term with the wrong sign: the loss falls below zero without bound, gradients and updates grow
     with it. The sign leads, the explosion is its consequence, and no lr advice comes first."""

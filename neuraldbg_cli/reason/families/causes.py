@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -78,6 +79,32 @@ def _non_finite_data(h: Hypothesis) -> bool:
     return any(e.get("type") == "data_anomaly" and e.get("to") == "non_finite" for e in h.evidence)
 
 
+UNDERFLOW = 1e4  # a blow-up's gradients this many times the later ones: those steps vanish against the weights
+
+
+def moved_then_stopped(h: Hypothesis) -> bool:
+    """Unchanged weights that had moved before they stopped (their norm is no longer their first): an optimizer
+    that holds them and stepped them, so not a step never taken or a parameter left out; their updates fell
+    below the weights' float resolution."""
+    evs = [e for e in h.evidence if e.get("to") == "unchanged"]
+    ratios = [e.get("weight_ratio") for e in evs]
+    return (
+        h.kind == Kind.unchanged_weights
+        and bool(evs)
+        and all(isinstance(r, (int, float)) and abs(r - 1) > 0.05 for r in ratios)
+        and all(e.get("in_optimizer") != 0 for e in evs)
+    )
+
+
+def _steps_underflow(c: Hypothesis, e: Hypothesis) -> bool:
+    """A blow-up whose gradients were UNDERFLOW times those the stalled weights get now: steps that small move
+    them by less than their float resolution (an adaptive optimizer divides them by the blow-up's squared
+    gradients, which its running average keeps for thousands of steps)."""
+    big = [v for ev in c.evidence if isinstance(v := ev.get("rms"), (int, float)) and math.isfinite(v)]
+    small = [v for ev in e.evidence if isinstance(v := ev.get("grad_rms"), (int, float)) and v > 0]
+    return moved_then_stopped(e) and bool(big and small) and max(big) >= UNDERFLOW * min(small)
+
+
 def falls_without_bound(h: Hypothesis) -> bool:
     """A divergence of a loss that falls below zero without bound: the objective rewards what grows (a term
     with the wrong sign), which no learning rate or blow-up explains; it drives the blow-up instead."""
@@ -101,6 +128,7 @@ CONDITIONS: dict[str, Pair] = {
     # an lr a thousand times below its peak moves the weights by less than their float resolution
     "lr_collapsed": lambda c, e: any(ev.get("to") == "lr_collapsed" for ev in c.evidence),
     "one_order": lambda c, e: bool(c.evidence) and all(ev.get("to") == "sampler_epoch_fixed" for ev in c.evidence),
+    "steps_underflow": lambda c, e: _steps_underflow(c, e),
 }
 CROSS_MODEL = {"opponent_wins"}  # conditions whose mechanism acts from one model on another (a GAN's game)
 # what a normalisation fault that acts in training causes: the layers after it see badly scaled values
@@ -186,6 +214,7 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
             Kind.attention_collapse,
             Kind.normalization_fault,
         ),
+        when=((Kind.unchanged_weights, "steps_underflow"),),
         unless=_DRIFT + _SIGN,
     ),
     # saturated units squash the gradient behind them; but a vanished gradient of a model beaten outright by
@@ -270,6 +299,9 @@ _HOW: dict[tuple[Kind, Kind | None], str] = {
     (Kind.data_anomaly, None): "every forward pass starts from these values",
     (Kind.normalization_fault, None): "the layers after it receive values it failed to normalise",
     (Kind.exploding_gradient, Kind.non_finite): "gradients that large overflow",
+    (Kind.exploding_gradient, Kind.unchanged_weights): "after the blow-up the gradients are many orders smaller, "
+    "and steps that small (under an adaptive optimizer, divided by the blow-up's squared gradients it still "
+    "averages) no longer change the weights at their float resolution",
     (Kind.exploding_gradient, None): "updates sized by gradients that large throw the weights out of scale",
     (Kind.saturated_activation, None): "saturated units pass almost no gradient back",
     (Kind.dead_activation, None): "dead units pass no gradient back",
@@ -330,6 +362,8 @@ def is_root_kind(h: Hypothesis) -> bool:
     data and a loss that falls without bound (a term with the wrong sign)."""
     if h.kind == Kind.loss_misuse:  # a loss summed, not averaged, is a scale: a setting, like the lr
         return not summed_only(h)
+    if moved_then_stopped(h):  # stepped, then stalled: a state of the network, not a step never taken
+        return False
     if h.kind in _ROOT_KINDS or falls_without_bound(h):
         return True
     if h.kind == Kind.normalization_fault:

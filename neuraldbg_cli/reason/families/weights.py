@@ -8,6 +8,7 @@ from collections.abc import Collection
 
 from neuraldbg_cli.reason.families.advice import zero_lr
 from neuraldbg_cli.reason.families.base import Board, Family, Observer, settled
+from neuraldbg_cli.reason.families.causes import moved_then_stopped
 from neuraldbg_cli.reason.families.context import Context
 from neuraldbg_cli.reason.families.evidence import (
     _first_by_module,
@@ -171,15 +172,29 @@ def unchanged_weights(ctx: Context) -> Hypothesis | None:
             "(after wrapping it with adapters such as peft's get_peft_model, replacing a head, or unfreezing "
             f"layers), or add them to it: `optimizer.add_param_group({{'params': model{path}.parameters()}})`"
         )
+    shown = f"{', '.join(names[:4])}{'…' if len(names) > 4 else ''}"
+    conf = _spread_confidence(0.7, len(first), _still(ctx, evs, "unchanged"))
+    h = _hyp(Kind.unchanged_weights, conf, origin, origin.step, "", evs, tips, names)
+    if moved_then_stopped(h):  # stepped for a while, then stalled: its steps, not the loop, went to nothing
+        e = first[next(iter(first))].metrics
+        h.summary = (
+            f"Weights stop changing: {shown} stay bit-identical from step {origin.step} although they receive "
+            f"gradients (RMS {e.get('grad_rms', 0):.3g}), after moving before (weight norm "
+            f"{e.get('first_weight_norm', 0):.3g} at the start, {e.get('weight_norm', 0):.3g} now): the optimizer's "
+            "steps no longer change them at their float resolution."
+        )
+        h.suggestions = [
+            "the optimizer steps them, but its steps have shrunk below the weights' float resolution: fix what "
+            "shrank them first (an earlier blow-up whose squared gradients Adam still averages, an lr decayed to ~0)"
+        ]
+        return h
     tips.append("make sure optimizer.step() is called every iteration (after loss.backward())")
-    summary = (
-        f"Weights never change: {', '.join(names[:4])}{'…' if len(names) > 4 else ''} stay bit-identical "
-        f"from step {origin.step} although they receive gradients."
+    h.summary = (
+        f"Weights never change: {shown} stay bit-identical from step {origin.step} although they receive gradients."
     )
     if held:
-        summary += f" {', '.join(outside[:4])} {'is' if len(outside) == 1 else 'are'} in no optimizer: {held}."
-    conf = _spread_confidence(0.7, len(first), _still(ctx, evs, "unchanged"))
-    return _hyp(Kind.unchanged_weights, conf, origin, origin.step, summary, evs, tips, names)
+        h.summary += f" {', '.join(outside[:4])} {'is' if len(outside) == 1 else 'are'} in no optimizer: {held}."
+    return h
 
 
 def _held_by(ctx: Context, root: str | None) -> str:
