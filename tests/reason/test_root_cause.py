@@ -139,6 +139,18 @@ def test_a_weight_decay_of_one_is_named_in_the_loss_symptom_it_produced():
     assert hyps[0].suggestions[0].startswith("lower weight_decay (1 with SGD)")
 
 
+@pytest.mark.parametrize("wd,named", [(1.0, True), (5e-4, False)])
+def test_a_weight_decay_of_one_is_named_on_the_plateau_where_the_weights_never_shrank(wd, named):
+    """Logistic regression under SGD with weight_decay=1: the two weights start near 0 and stay small (nothing
+    shrinks), and the loss stops at 0.61 instead of its floor. The decay holds them: named on the plateau, its fix
+    first. The same plateau under a usual decay says nothing of it."""
+    evs = [ev(LOSS, 71, None, "normal", "plateau", "loss", loss=0.61, start=0.79, best=0.61, improvement=0.23)]
+    hyps = explain(evs, MODELS, optimizer("SGD", 0.01, weight_decay=wd))
+    assert hyps[0].kind == Kind.loss_plateau
+    assert ("weight decay holds the weights back" in hyps[0].summary.lower()) is named, hyps[0].summary
+    assert hyps[0].suggestions[0].startswith("lower weight_decay (1 with SGD) to 1e-5-5e-4") is named
+
+
 def test_a_weight_decay_that_shrank_the_weights_is_named_before_the_lr():
     """Short of a collapse (normalised layers hold the loss up), SGD with weight_decay=1 shrinks the weights
     to a fraction of their start and each update becomes large against them: the decay is named, not the lr

@@ -134,7 +134,7 @@ def weight_decay_setting(ctx: Context) -> SettingCause | None:
         ]
         shrunk = True
     if not evs:
-        return None
+        return _decay_holds(ctx)
     th = ctx.thresholds
     large = []
     onset = min(e.step for e in evs)
@@ -170,6 +170,41 @@ def weight_decay_setting(ctx: Context) -> SettingCause | None:
         _evidence(evs, 3),
         fixes=[fix("weight_decay", text, value=0.01 if decoupled_decay(opt) else 1e-4)],
         contradicts="raise the learning rate",  # a larger lr shrinks the weights faster (lr * weight_decay)
+    )
+
+
+def _decay_holds(ctx: Context) -> SettingCause | None:
+    """A loss that stalls under a weight_decay at or above weight_decay_large (whatever the lr: 3-4 orders above
+    the usual range), while no weight shrinks: the decay pulls every weight toward 0 each step as hard as the loss
+    pulls it toward a fit, so training stops at the balance of the two, above where the data would take it. Names
+    the plateau (it makes no hypothesis of its own: a run whose loss does not stall is not judged)."""
+    plateaus = ctx.select(types=[EventType.optimizer_instability.value], to=["plateau"])
+    if not plateaus:
+        return None
+    onset = min(e.step for e in plateaus)
+    large = [
+        (float(g["weight_decay"]), opt)
+        for opt, g, _ in ctx.group_lrs(onset)
+        if _number(g.get("weight_decay")) and float(g["weight_decay"]) >= ctx.thresholds.weight_decay_large
+    ]
+    if not large:
+        return None
+    wd, opt = max(large)
+    usual = "0.01-0.1" if decoupled_decay(opt) else "1e-5-5e-4"
+    text = f"lower weight_decay ({wd:g} with {opt}) to {usual}, the usual range for {opt}"
+    statement = (
+        f"weight decay holds the weights back: weight_decay={wd:g} with {opt} (usual: {usual}) pulls every weight "
+        "toward 0 each step as hard as the loss pulls it toward a fit, so training stops where the two balance"
+    )
+    return SettingCause(
+        "weight_decay",
+        onset,
+        statement,
+        text,
+        ((Kind.loss_plateau,), (Kind.unchanged_weights, Kind.vanishing_gradient)),
+        [],  # (the plateau's own evidence is what it rests on)
+        fixes=[fix("weight_decay", text, value=0.01 if decoupled_decay(opt) else 1e-4)],
+        contradicts="raise the learning rate",
     )
 
 
