@@ -301,6 +301,9 @@ def seed_verdict(
     if math.isfinite(b) and not math.isfinite(a):
         return "worse", f"the loss turned non-finite{on} (control {_fmt(b)})"
     if math.isfinite(a) and math.isfinite(b) and a > b + need:
+        catching = _catching_up(kind, ctl, tri)
+        if catching:
+            return "inconclusive", f"the loss is higher{on} ({moved}) but {catching}"
         return "worse", f"the loss got worse{on}: {moved}"
     if kind in tri.kinds:
         return "not_verified", f"{kind} still present{on} (confidence {tri.kinds[kind]:.2f}; loss {moved})"
@@ -314,6 +317,25 @@ def seed_verdict(
     if not improved:
         return "not_verified", f"{kind} gone{on}, but the loss did not improve beyond noise ({moved})"
     return "verified", ""
+
+
+def _catching_up(kind: str, ctl: Outcome, tri: Outcome) -> str:
+    """A trial whose loss is still above the control's at the end, but without the targeted symptom or a new
+    problem and still falling faster than the control's: a slower start (a lower lr, re-initialised layers), not
+    a worse run, when at the two falls' difference it passes the control's level within as many steps again.
+    Says how fast each falls (empty: it does not catch up)."""
+    if kind in tri.kinds or set(tri.kinds) - set(ctl.kinds):
+        return ""
+    if not (math.isfinite(tri.fall) and tri.fall > 0 and math.isfinite(ctl.fall)):
+        return ""
+    gain = tri.fall - max(ctl.fall, 0.0)
+    if gain <= 0 or (tri.late - ctl.late) / gain > max(tri.steps, 1):
+        return ""
+    return (
+        f"{kind} is gone and it still falls {tri.fall:.3g} per step where the control's falls {max(ctl.fall, 0):.3g}: "
+        f"at that pace it passes the control within {math.ceil((tri.late - ctl.late) / gain)} more steps; "
+        f"run longer to judge it (--steps {2 * max(tri.steps, 1)})"
+    )
 
 
 def objectives_verdict(kind: str, ctl: Outcome, tri: Outcome, needs: dict[str, float], on: str) -> tuple[str, str]:

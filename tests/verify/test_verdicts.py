@@ -109,3 +109,24 @@ def test_objective_levels_from_stats_rows():
     levels = objective_levels(rows)
     assert levels["D"] == 1.0 and levels["G"] == sum(range(30 - LATE, 30)) / LATE
     assert objective_levels([{"step": 0, "loss": 1.0}]) == {}  # one objective: judged as before
+
+
+def test_a_slower_start_that_is_still_catching_up_is_inconclusive_not_worse():
+    """A 50x lower lr against dead ReLUs: after 24 steps its loss is still above the control's (1.735 vs 1.625),
+    but the dead units are gone and it falls 0.027 per step where the control's falls 0.010: it would pass within
+    7 steps, so it is not called worse; the reason says to run longer. One that stalls above the control, or
+    keeps the symptom, is worse."""
+    lr = Candidate("dead_activation", "lr_scale", {"factor": 0.02}, "lower the lr")
+    ctl = out("control", None, 1.625, ["dead_activation"])
+    ctl.fall = 0.010
+    slow = out("lr", None, 1.735)
+    slow.fall, slow.steps = 0.027, 24
+    v = verdict(lr, [ctl], [slow])
+    assert v["status"] == "inconclusive" and "still falls 0.027 per step" in v["reason"], v
+    assert "passes the control within 7 more steps" in v["reason"] and "--steps 48" in v["reason"], v
+    stalled = out("lr", None, 1.735)
+    stalled.fall = 0.0
+    assert verdict(lr, [ctl], [stalled])["status"] == "worse"
+    kept = out("lr", None, 1.735, ["dead_activation"])
+    kept.fall = 0.027
+    assert verdict(lr, [ctl], [kept])["status"] == "worse"
