@@ -682,6 +682,23 @@ def test_verify_scheduler_per_epoch_cures_the_collapsed_lr(tmp_path):
     assert trial["fix"]["applied"] > 0, trial  # the per-batch calls held back
 
 
+def test_verify_clipping_before_the_step_cures_the_clip_after_it(tmp_path):
+    """`verify` clips before each optimizer step (a step pre-hook, at the script's own max_norm) while the script
+    still clips after it: the trial's loop is as the fix says, the dead units and the missing gradients the
+    unclipped lr-2 steps caused are gone, and the loss is far lower."""
+    run_dir = tmp_path / "run"
+    r = run_cli("run", "-q", "--run-dir", run_dir, ASSETS / "loop_mnist.py", "--zero", "zero_grad", "--clip", "after",
+                "--lr", "2", "--epochs", "1", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    top = explain_json(run_dir)["hypotheses"][0]
+    assert top["kind"] == "loop_misuse" and [(f["id"], f["params"]) for f in top["fixes"]] == [
+        ("clip_grad_norm", {"max_norm": 0.5})], top
+    v = run_cli("verify", run_dir, "--fix", "clip_grad_norm", timeout=400)
+    assert v.returncode == 0, v.stdout + v.stderr
+    (entry,) = [f for f in json.loads((run_dir / "verify.json").read_text())["fixes"] if f["kind"] == "loop_misuse"]
+    assert entry["status"] == "verified" and entry["metric"]["trial"] < 0.1 * entry["metric"]["control"], entry
+
+
 def test_scheduler_per_epoch_fix_leaves_a_per_epoch_schedule_as_it_was():
     """In process: the fix on a scheduler already stepped once per epoch gives the same lrs, epoch by epoch."""
     import torch
