@@ -22,6 +22,14 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def sigint_default():
+    """A child's SIGINT as a terminal's Ctrl-C finds it, even when the test run itself ignores SIGINT (a shell's
+    background job does, and a Python child keeps an ignored SIGINT ignored: it would never see the signal)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 180, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "neuraldbg_cli", *map(str, args)], capture_output=True, text=True,
                           cwd=cwd, env=cli_env(**env), timeout=timeout)

@@ -80,19 +80,40 @@ def _on_groups(
 
 
 def _lr_scale(params: dict[str, Any], hooks: HookSet) -> Applied:
+    """Each optimizer step runs at `factor` times its groups' lr, put back after the step (as the warm-up fix): so
+    the fix holds whoever sets the lr (a torch scheduler, or a script that writes param_group["lr"] every
+    iteration, as nanoGPT's and timm's loops do), and those read and set the lr as if it were not scaled."""
     factor = float(params["factor"])
-    applied = Applied("lr_scale", params, "param groups", "no optimizer was built")
+    applied = Applied("lr_scale", params, "optimizer steps", "no optimizer step was taken")
+    saved: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
 
-    def scale(group: dict[str, Any]) -> None:
-        for k in ("lr", "initial_lr"):
-            value = group.get(k)
-            if isinstance(value, torch.Tensor):
+    def pre_step(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        before: list[Any] = []
+        for g in opt.param_groups:
+            lr = g.get("lr")
+            if isinstance(lr, torch.Tensor):
+                before.append(lr.detach().clone())
                 with torch.no_grad():
-                    value.mul_(factor)
-            elif isinstance(value, (int, float)) and not isinstance(value, bool):
-                group[k] = value * factor
+                    lr.mul_(factor)
+            elif isinstance(lr, (int, float)) and not isinstance(lr, bool):
+                before.append(lr)
+                g["lr"] = lr * factor
+            else:
+                before.append(None)
+        saved[opt] = before
+        applied.count += 1
 
-    _on_groups(hooks, scale, applied, "lr")
+    def post_step(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        before = saved.pop(opt, None)
+        for g, lr in zip(opt.param_groups, before or []):
+            if isinstance(lr, torch.Tensor) and isinstance(g.get("lr"), torch.Tensor):
+                with torch.no_grad():
+                    g["lr"].copy_(lr)
+            elif lr is not None:
+                g["lr"] = lr
+
+    hooks.add(_optimizer.register_optimizer_step_pre_hook(pre_step))
+    hooks.add(_optimizer.register_optimizer_step_post_hook(post_step))
     return applied
 
 

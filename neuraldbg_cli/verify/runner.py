@@ -321,12 +321,14 @@ def seed_verdict(
 
 def _catching_up(kind: str, ctl: Outcome, tri: Outcome) -> str:
     """A trial whose loss is still above the control's at the end, but without the targeted symptom or a new
-    problem and still falling faster than the control's: a slower start (a lower lr, re-initialised layers), not
-    a worse run, when at the two falls' difference it passes the control's level within as many steps again.
+    problem, below where it started and still falling faster than the control's: a slower start (a lower lr,
+    re-initialised layers), not a worse run (one that blew up and falls back from its peak is worse), when at the two falls' difference it passes the control's level within as many steps again.
     Says how fast each falls (empty: it does not catch up)."""
     if kind in tri.kinds or set(tri.kinds) - set(ctl.kinds):
         return ""
     if not (math.isfinite(tri.fall) and tri.fall > 0 and math.isfinite(ctl.fall)):
+        return ""
+    if not (math.isfinite(tri.first) and tri.late < tri.first):  # above where it started: a blow-up, not a slow start
         return ""
     gain = tri.fall - max(ctl.fall, 0.0)
     if gain <= 0 or (tri.late - ctl.late) / gain > max(tri.steps, 1):

@@ -57,6 +57,7 @@ class Outcome:
     causes: dict[str, str] = field(default_factory=dict)  # kind -> the kind it is likely a consequence of
     late: float = math.nan  # the mean of the latest losses (LATE of them): the level the verdict compares
     fall: float = math.nan  # how fast that level still falls, per step (the LATE losses before it vs it)
+    first: float = math.nan  # the mean of the first LATE losses: where the trial started from
     objectives: dict[str, float] = field(default_factory=dict)  # several models with their own losses: each's level
     fix: dict[str, Any] = field(default_factory=dict)  # trial.json's "fix": applied, skipped
     isolation: str = ""  # overlay | guard: how the user's files were kept from the trial (trial.json)
@@ -200,6 +201,7 @@ def read_outcome(out: Outcome, min_confidence: float) -> Outcome:
     if losses:
         out.loss = losses[-1]
         out.late = sum(losses[-LATE:]) / len(losses[-LATE:])  # NaN when any of them is
+        out.first = sum(losses[:LATE]) / len(losses[:LATE])
         if len(losses) >= 2 * LATE:
             out.fall = (sum(losses[-2 * LATE : -LATE]) / LATE - out.late) / LATE
     out.objectives = objective_levels(rows)

@@ -3,7 +3,8 @@ step and the loss diverges to NaN. Clipping the gradient norm cures it; a smalle
 init is the cause). For `neuraldbg verify`, also what a trial must survive, with --files 1: writes to files that
 exist next to the script (overwrite, append, torch.save and reading it back, pathlib, an atomic replace, a
 delete, an rmtree), a child process it never waits for (when SPAWN_MARKER is set; its pid is printed), and a
-crash when its learning rate was changed from outside (as a script that checks its own config would)."""
+crash when the learning rate a step runs at was changed from outside (as a script that checks its own
+config would, in a step pre-hook of its own)."""
 import os
 import pathlib
 import shutil
@@ -42,9 +43,15 @@ if a.files:
 g = torch.Generator().manual_seed(0)
 x = torch.randn(512, 16, generator=g)
 y = x[:, :4].sum(1, keepdim=True)
+
+
+def check_config(optimizer, args_, kwargs):  # the lr each step runs at (a step pre-hook of its own)
+    if optimizer.param_groups[0]["lr"] != a.lr:
+        raise RuntimeError(f"config check failed: lr is {optimizer.param_groups[0]['lr']}, expected {a.lr}")
+
+
+opt.register_step_pre_hook(check_config)
 for step in range(a.steps):
-    if opt.param_groups[0]["lr"] != a.lr:
-        raise RuntimeError(f"config check failed: lr is {opt.param_groups[0]['lr']}, expected {a.lr}")
     idx = torch.randint(0, 512, (64,), generator=g)
     opt.zero_grad()
     loss = nn.functional.mse_loss(model(x[idx]), y[idx])

@@ -10,13 +10,7 @@ import sys
 import time
 
 import pytest
-from conftest import ASSETS, cli_env, run_cli
-
-
-def sigint_default():
-    """A child's SIGINT as a terminal's Ctrl-C finds it, even when the test run itself ignores SIGINT (a shell's
-    background job does, and a Python child keeps an ignored SIGINT ignored: it would never see the signal)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+from conftest import ASSETS, cli_env, run_cli, sigint_default
 
 
 def _start(run_dir, *args):

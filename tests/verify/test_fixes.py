@@ -17,14 +17,34 @@ def _install(text: str):
     return hooks, applied
 
 
-def test_lr_scale_reaches_groups_defaults_and_schedulers():
+def test_lr_scale_holds_whoever_sets_the_lr_and_restores_it_after_each_step():
+    """Each step runs at factor x the groups' lr (a step pre-hook reads it there), the lr is the script's again
+    after the step: a scheduler and a script that writes param_group["lr"] every iteration (nanoGPT, timm) keep
+    their own values, and the factor applies on top of them."""
     model = nn.Linear(4, 2)
-    with _install("lr_scale:factor=0.1")[0]:
+    seen = []
+    hooks, applied = _install("lr_scale:factor=0.1")
+    with hooks:
         opt = torch.optim.SGD([{"params": [model.weight], "lr": 0.5}, {"params": [model.bias]}], lr=0.2)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0)
-    assert [g["lr"] for g in opt.param_groups] == pytest.approx([0.05, 0.02])
-    assert opt.defaults["lr"] == pytest.approx(0.02) and sched.base_lrs == pytest.approx([0.05, 0.02])
-    assert torch.optim.SGD(model.parameters(), lr=0.2).param_groups[0]["lr"] == 0.2  # undone
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0 / (k + 1))
+        handle = opt.register_step_pre_hook(lambda o, a, k: seen.append([g["lr"] for g in o.param_groups]))
+        for it in range(3):
+            if it == 2:
+                for g in opt.param_groups:  # the script's own schedule, written every iteration
+                    g["lr"] = 1.0
+            model(torch.ones(1, 4)).sum().backward()
+            opt.step()
+            sched.step()
+        handle.remove()
+    assert sum(seen, []) == pytest.approx([0.05, 0.02, 0.025, 0.01, 0.1, 0.1]) and applied.count == 3
+    assert sched.base_lrs == pytest.approx([0.5, 0.2]) and [g["lr"] for g in opt.param_groups] == pytest.approx(
+        [0.5 / 4, 0.2 / 4])  # the scheduler's own values (its third step: base_lrs / 4), unscaled
+    opt2 = torch.optim.SGD(model.parameters(), lr=0.2)
+    seen.clear()
+    opt2.register_step_pre_hook(lambda o, a, k: seen.append(o.param_groups[0]["lr"]))
+    model(torch.ones(1, 4)).sum().backward()
+    opt2.step()
+    assert seen == [0.2]  # undone
 
 
 def test_warmup_scales_each_step_and_restores_the_lr():

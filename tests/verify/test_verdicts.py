@@ -120,7 +120,7 @@ def test_a_slower_start_that_is_still_catching_up_is_inconclusive_not_worse():
     ctl = out("control", None, 1.625, ["dead_activation"])
     ctl.fall = 0.010
     slow = out("lr", None, 1.735)
-    slow.fall, slow.steps = 0.027, 24
+    slow.fall, slow.steps, slow.first = 0.027, 24, 2.3
     v = verdict(lr, [ctl], [slow])
     assert v["status"] == "inconclusive" and "still falls 0.027 per step" in v["reason"], v
     assert "passes the control within 7 more steps" in v["reason"] and "--steps 48" in v["reason"], v
@@ -128,5 +128,8 @@ def test_a_slower_start_that_is_still_catching_up_is_inconclusive_not_worse():
     stalled.fall = 0.0
     assert verdict(lr, [ctl], [stalled])["status"] == "worse"
     kept = out("lr", None, 1.735, ["dead_activation"])
-    kept.fall = 0.027
+    kept.fall, kept.first = 0.027, 2.3
     assert verdict(lr, [ctl], [kept])["status"] == "worse"
+    blown = out("lr", None, 426.0)  # blew up, falling back from its peak: far above where it started
+    blown.fall, blown.first = 7.8, 1.9
+    assert verdict(lr, [ctl], [blown])["status"] == "worse"

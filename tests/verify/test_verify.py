@@ -158,7 +158,7 @@ def test_ctrl_c_stops_verify_with_the_results_so_far_and_no_process_left(tmp_pat
     assert run_cli("run", "-q", "--run-dir", run_dir, "verify_deep.py", cwd=proj).returncode == 0
     marker = f"verify-marker-{uuid.uuid4().hex}"
     cmd = [sys.executable, "-m", "neuraldbg_cli", "verify", str(run_dir), "--timeout", "120", "--fix", "clip_grad_norm"]
-    from test_safety_crash import sigint_default
+    from conftest import sigint_default
 
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=cli_env(SPAWN_MARKER=marker, PYTHONUNBUFFERED="1"),  # its lines as they come
