@@ -174,6 +174,7 @@ def unchanged_weights(ctx: Context) -> Hypothesis | None:
         )
     shown = f"{', '.join(names[:4])}{'…' if len(names) > 4 else ''}"
     conf = _spread_confidence(0.7, len(first), _still(ctx, evs, "unchanged"))
+    tips.append("make sure optimizer.step() is called every iteration (after loss.backward())")
     h = _hyp(Kind.unchanged_weights, conf, origin, origin.step, "", evs, tips, names)
     if moved_then_stopped(h):  # stepped for a while, then stalled: its steps, not the loop, went to nothing
         e = first[next(iter(first))].metrics
@@ -188,7 +189,6 @@ def unchanged_weights(ctx: Context) -> Hypothesis | None:
             "shrank them first (an earlier blow-up whose squared gradients Adam still averages, an lr decayed to ~0)"
         ]
         return h
-    tips.append("make sure optimizer.step() is called every iteration (after loss.backward())")
     h.summary = (
         f"Weights never change: {shown} stay bit-identical from step {origin.step} although they receive gradients."
     )
