@@ -5,6 +5,7 @@ to each fix."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shutil
 import sys
@@ -56,12 +57,15 @@ class Plan:
     original_ok: bool = True  # the recorded run finished (a control that crashes is then verify's problem)
     no_overlay: str = ""  # why the trials cannot run in an overlay ('' : they do)
     specs: list[str] = field(default_factory=list)
+    steps_given: bool = False  # --steps: the trials run exactly that long (no longer run for a slow start)
+    label: str = ""  # trials run again longer: their folders' suffix
 
     def __post_init__(self) -> None:
         self.specs = list(dict.fromkeys(c.spec for c in self.candidates))
 
     def trial_dir(self, spec: str | None, seed: int | None) -> Path:
         name = "control" if spec is None else spec.replace(":", "-").replace(",", "_")
+        name += f".{self.label}" if self.label else ""
         return self.run_dir / TRIALS_DIR / (name if seed is None else f"{name}.seed{seed}")
 
 
@@ -189,6 +193,7 @@ def make_plan(
     original_ok = meta.get("status") in ("finished", "stopped")
     plan = Plan(Path(run_dir).absolute(), cmd, cands, n, seed_list, limit, per_trial, original_ok)
     plan.no_overlay = overlay.available()
+    plan.steps_given = steps is not None
     return plan
 
 
@@ -201,7 +206,33 @@ def execute(plan: Plan, min_conf: float, say: Any = print) -> tuple[dict[str, An
         f"of {plan.steps} steps each, about {plan.estimate_s * len(runs):.0f} s; {isolation_line(plan)}"
     )
     done: dict[tuple[str | None, int | None], Outcome] = {}
-    interrupted = False
+    interrupted = _trials(plan, runs, done, min_conf, say)
+    fixes = [judge(c, plan, done, min_conf) for c in plan.candidates]
+    extended = None
+    if not interrupted:
+        extended, interrupted = _longer(plan, fixes, min_conf, say)
+    # by status, and the verified by effect: the best proven cure first
+    fixes.sort(key=lambda f: (ORDER.get(f["status"], len(ORDER)), -effect(f["metric"]), _level(f["metric"])))
+    control: dict[str, Any] = {"runs": [done[(None, s)].doc() for s in plan.seeds if (None, s) in done]}
+    bugs = [control_bug(o) for s in plan.seeds if (o := done.get((None, s))) and o.state != "ok"]
+    if bugs and plan.original_ok:
+        control["verify_bug"] = bugs[0]
+    doc = {"schema": SCHEMA, "steps": plan.steps, "seeds": len(plan.seeds), "control": control, "fixes": fixes}
+    if extended:
+        doc["extended"] = extended
+    if interrupted:
+        doc["interrupted"] = True
+    return doc, interrupted
+
+
+def _trials(
+    plan: Plan,
+    runs: list[tuple[str | None, int | None]],
+    done: dict[tuple[str | None, int | None], Outcome],
+    min_conf: float,
+    say: Any,
+) -> bool:
+    """Run `runs` (spec, seed) one at a time into `done`; True when Ctrl-C stopped them."""
     for i, (spec, seed) in enumerate(runs, 1):
         out = Outcome(spec or "control", seed, plan.trial_dir(spec, seed))
         try:
@@ -211,21 +242,33 @@ def execute(plan: Plan, min_conf: float, say: Any = print) -> tuple[dict[str, An
             if spec is None and out.state != "ok" and plan.original_ok:
                 stderr(f"neuraldbg: {control_bug(out)}")
         except KeyboardInterrupt:  # the trial's process group is gone (run_one kills it on the way out)
-            interrupted = True
             done.pop((spec, seed), None)
             say(f"  [{i}/{len(runs)}] {out.name}: interrupted; verify stops with the results so far")
-            break
-    fixes = [judge(c, plan, done, min_conf) for c in plan.candidates]
-    # by status, and the verified by effect: the best proven cure first
-    fixes.sort(key=lambda f: (ORDER.get(f["status"], len(ORDER)), -effect(f["metric"]), _level(f["metric"])))
-    control: dict[str, Any] = {"runs": [done[(None, s)].doc() for s in plan.seeds if (None, s) in done]}
-    bugs = [control_bug(o) for s in plan.seeds if (o := done.get((None, s))) and o.state != "ok"]
-    if bugs and plan.original_ok:
-        control["verify_bug"] = bugs[0]
-    doc = {"schema": SCHEMA, "steps": plan.steps, "seeds": len(plan.seeds), "control": control, "fixes": fixes}
-    if interrupted:
-        doc["interrupted"] = True
-    return doc, interrupted
+            return True
+    return False
+
+
+def _longer(plan: Plan, fixes: list[dict[str, Any]], min_conf: float, say: Any) -> tuple[dict[str, Any] | None, bool]:
+    """Fixes still catching up at the end of their trials (a slower start: see _catching_up) are judged again on
+    a control and trials twice as long (at most STEPS_CAP), once, unless --steps fixed the length. Their entries
+    in `fixes` are replaced; returns what was run again (verify.json's "extended") and whether Ctrl-C stopped it."""
+    slow = [c for c, f in zip(plan.candidates, fixes) if f["status"] == "inconclusive" and RUN_LONGER in f["reason"]]
+    longer = min(STEPS_CAP, 2 * plan.steps)
+    if not slow or plan.steps_given or longer <= plan.steps:
+        return None, False
+    again = dataclasses.replace(plan, candidates=slow, steps=longer, label=f"steps{longer}")
+    runs = [(spec, seed) for seed in again.seeds for spec in [None, *again.specs]]
+    say(
+        f"  still catching up at step {plan.steps}: {', '.join(again.specs)}; the control and them again, {longer} steps"
+    )
+    done: dict[tuple[str | None, int | None], Outcome] = {}
+    interrupted = _trials(again, runs, done, min_conf, say)
+    for i, c in enumerate(plan.candidates):
+        if c in slow and not interrupted:
+            entry = judge(c, again, done, min_conf)
+            entry["reason"] = f"judged at {longer} steps (at {plan.steps} it was still catching up); {entry['reason']}"
+            fixes[i] = entry
+    return {"steps": longer, "fixes": again.specs}, interrupted
 
 
 def isolation_line(plan: Plan) -> str:
@@ -254,6 +297,7 @@ def progress_line(out: Outcome) -> str:
     return f"{out.name}{seed}: {out.steps} steps, loss {_fmt(out.loss)}, {kinds} ({out.wall_s:.1f} s{how})"
 
 
+RUN_LONGER = "run longer to judge it"  # in a catching-up verdict's reason: verify runs it again, longer
 MIN_EFFECT = 0.05  # the smallest change of the loss's level that counts, as a share of the control's (one seed)
 ORDER = {"verified": 0, "partial": 1, "not_verified": 2, "worse": 3, "inconclusive": 4}
 
@@ -336,7 +380,7 @@ def _catching_up(kind: str, ctl: Outcome, tri: Outcome) -> str:
     return (
         f"{kind} is gone and it still falls {tri.fall:.3g} per step where the control's falls {max(ctl.fall, 0):.3g}: "
         f"at that pace it passes the control within {math.ceil((tri.late - ctl.late) / gain)} more steps; "
-        f"run longer to judge it (--steps {2 * max(tri.steps, 1)})"
+        f"{RUN_LONGER} (--steps {2 * max(tri.steps, 1)})"
     )
 
 

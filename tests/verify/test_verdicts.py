@@ -133,3 +133,34 @@ def test_a_slower_start_that_is_still_catching_up_is_inconclusive_not_worse():
     blown = out("lr", None, 426.0)  # blew up, falling back from its peak: far above where it started
     blown.fall, blown.first = 7.8, 1.9
     assert verdict(lr, [ctl], [blown])["status"] == "worse"
+
+
+def test_a_slow_start_is_run_again_longer_and_judged_there(monkeypatch, tmp_path):
+    """verify does not stop at 'run longer': a fix still catching up at the end of its trial is run again with a
+    control, twice as long, and judged there (verify.json's "extended" says so); with --steps it is not."""
+    from neuraldbg_cli.verify import runner
+
+    def fake_run(cmd, out, spec, steps, timeout, isolate):
+        out.steps = steps
+
+    def fake_read(out, min_conf):  # the control stalls with dead units; the fix starts slower, then passes it
+        long = out.steps > 24
+        if out.name == "control":
+            out.late, out.fall, out.kinds = (1.5 if long else 1.625), 0.01, {"dead_activation": 0.8}
+        else:
+            out.late, out.fall, out.kinds = (0.9 if long else 1.735), 0.027, {}
+        out.first, out.loss, out.fix = 2.3, out.late, {"applied": 1}
+        return out
+
+    monkeypatch.setattr(runner, "run_one", fake_run)
+    monkeypatch.setattr(runner, "read_outcome", fake_read)
+    lr = Candidate("dead_activation", "lr_scale", {"factor": 0.02}, "lower the lr")
+    lines = []
+    doc, interrupted = runner.execute(Plan(tmp_path, CMD, [lr], 24, [None], 60.0, 1.0, True), 0.5, lines.append)
+    (entry,) = doc["fixes"]
+    assert entry["status"] == "verified" and entry["reason"].startswith("judged at 48 steps"), entry
+    assert doc["extended"] == {"steps": 48, "fixes": [lr.spec]} and not interrupted
+    assert any("still catching up at step 24" in line for line in lines), lines
+    fixed = Plan(tmp_path, CMD, [lr], 24, [None], 60.0, 1.0, True, steps_given=True)
+    doc, _ = runner.execute(fixed, 0.5, lines.append)
+    assert doc["fixes"][0]["status"] == "inconclusive" and "extended" not in doc
