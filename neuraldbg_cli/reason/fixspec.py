@@ -11,7 +11,7 @@ from neuraldbg_cli.errors import NeuraldbgError
 
 # id -> (parameter defaults, what it does): every id here has an implementation in fixes.py
 FIXES: dict[str, tuple[dict[str, Any], str]] = {
-    "lr_scale": ({"factor": 0.1}, "multiply every learning rate by {factor:g} at optimizer construction"),
+    "lr_scale": ({"factor": 0.1}, "run every optimizer step at {factor:g} times the learning rate"),
     "clip_grad_norm": ({"max_norm": 1.0}, "clip the gradient norm to {max_norm:g} before each optimizer step"),
     "warmup": ({"steps": 50}, "warm the learning rate up linearly over the first {steps} steps"),
     "weight_decay": ({"value": 1e-4}, "set weight_decay={value:g} in every optimizer"),
@@ -28,6 +28,11 @@ FIXES: dict[str, tuple[dict[str, Any], str]] = {
     "zero_grad": ({}, "set the gradients to None after each optimizer step (optimizer.zero_grad() after step())"),
     "scheduler_per_epoch": ({}, "step each lr scheduler once per epoch (one pass over a DataLoader), not per batch"),
 }
+# fixes that act through a torch optimizer (its step hooks, its param groups): nothing to apply to a script that
+# steps none (a manual `p.data -= lr * p.grad` loop), so they are not offered to verify there
+VIA_OPTIMIZER = frozenset(
+    {"lr_scale", "clip_grad_norm", "warmup", "weight_decay", "adam_eps", "zero_grad", "scheduler_per_epoch"}
+)
 # the words a text parameter accepts; init: He (kaiming_normal_, made for ReLU), Glorot (xavier_uniform_, made for
 # tanh/sigmoid), or the weights left as they are (keep: the swap alone)
 CHOICES: dict[tuple[str, str], tuple[str, ...]] = {

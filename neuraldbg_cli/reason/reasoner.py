@@ -339,6 +339,8 @@ def explain(run: RunData, min_confidence: float = 0.5) -> Report:
         position=lambda o: ctx.position(o.root, o.module),
     )
     for h in hyps:
+        if not ctx.optimizers:  # (the advice keeps them in words: the script applies them in its own loop)
+            h.fixes = [f for f in h.fixes if f.get("id") not in fixspec.VIA_OPTIMIZER]
         h.fixes = fixspec.annotate(h.fixes, h.kind.value, run.verify)
         if h.fixes and h.fixes[0].get("verified") == "verified":  # the best proven cure is the first thing to try
             best = h.fixes[0]["text"]
