@@ -61,8 +61,9 @@ def one(script: Path, work: Path, timeout: float, kept: Path | None = None) -> d
     explain, _ = _cli("explain", str(run_dir), "--format", "json", cwd=work, timeout=timeout)
     report = json.loads(explain.stdout) if explain.returncode == 0 else {}
     top = next(iter(report.get("hypotheses") or []), None)
-    verify, verify_s = _cli("verify", str(run_dir), cwd=work, timeout=timeout * 20)
     path = run_dir / "verify.json"
+    path.unlink(missing_ok=True)  # (a kept run may hold an earlier bench's: "nothing to verify" writes none)
+    verify, verify_s = _cli("verify", str(run_dir), cwd=work, timeout=timeout * 20)
     result = json.loads(path.read_text()) if path.exists() else {}
     fixes = result.get("fixes") or []
     top_fixes = [f for f in fixes if top and f.get("kind") == top.get("kind")]  # verified first: verify's order
