@@ -29,6 +29,7 @@ from neuraldbg_cli.probe.hookset import HookSet
 from neuraldbg_cli.trace.writer import META, rank_file
 
 MAX_WORKERS = 4096  # worker indexes tried before a child gives up its trace
+TERM_GRACE_S = 5.0  # a child told to terminate (SIGTERM) has this long to close its trace before it is ended
 CHILD_WAIT_S = 30.0  # the parent waits at most this long, at its end, for its children's traces to close
 
 _parent: Any = None  # the parent's Session, for the forked children that inherit it
@@ -315,6 +316,7 @@ class ChildSession(StageWiring):
         def handler(signum: int, frame: Any) -> None:
             self.terminated = True
             if not self.ending:
+                _deadline(TERM_GRACE_S)  # closing the trace must not keep the worker alive (Pool.terminate joins it)
                 self.end(None)  # ends by re-sending the signal, with the default action back
 
         try:
@@ -330,6 +332,16 @@ class ChildSession(StageWiring):
             except (ValueError, OSError):
                 pass
             self._sigterm = None
+
+
+def _deadline(seconds: float) -> None:
+    """The process ends by SIGALRM's default action (in the kernel, whatever Python is waiting on) if it is still
+    alive after `seconds`: a forked worker can block on a lock another thread of its parent held at the fork."""
+    try:
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+    except (ValueError, OSError, AttributeError):  # not the main thread; no SIGALRM (Windows)
+        pass
 
 
 def _unshared_models(process: Any) -> list[str]:
