@@ -411,32 +411,15 @@ def _lr_collapsed(ctx: Context) -> Hypothesis | None:
         "per batch)",
     ]
     stalled = bool(ctx.select(types=[EventType.optimizer_instability.value], to=["plateau"]))
-    h = _hyp(
-        Kind.loop_misuse,
+    return _read_off(
         CONFIDENCE if stalled else LR_DEAD,
-        None,
         at,
         summary,
-        [],
         tips,
+        ("lr_schedule", "lr_collapsed"),
+        {"peak_lr": top, "lr": last, "steps": float(total), "optimizer_type": kind},
         fixes=[fix("scheduler_per_epoch", tips[0])],
     )
-    h.origin = Origin(module=None, step=at, root=None)
-    h.evidence = [
-        {
-            "type": "lr_schedule",
-            "step": at,
-            "module": None,
-            "from": "normal",
-            "to": "lr_collapsed",
-            "site": SITE,
-            "peak_lr": top,
-            "lr": last,
-            "steps": float(total),
-            "optimizer_type": kind,
-        }
-    ]
-    return h
 
 
 def _float(v: Any) -> float | None:
@@ -444,6 +427,24 @@ def _float(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
         return None
     return float(v)
+
+
+def _read_off(
+    confidence: float,
+    step: int,
+    summary: str,
+    tips: list[str],
+    what: tuple[str, str],
+    metrics: dict[str, Any],
+    fixes: list[dict[str, Any]] | None = None,
+) -> Hypothesis:
+    """A loop hypothesis read off model.json rather than an event (an lr schedule, an optimizer's parameters):
+    placed at the loop from `step`, its one piece of evidence typed `what` = (type, state) with `metrics`."""
+    h = _hyp(Kind.loop_misuse, confidence, None, step, summary, [], tips, fixes=fixes)
+    h.origin = Origin(module=None, step=step, root=None)
+    kind, state = what
+    h.evidence = [{"type": kind, "step": step, "module": None, "from": "normal", "to": state, "site": SITE, **metrics}]
+    return h
 
 
 FROZEN_CONFIDENCE = 0.85  # read directly: not one of the optimizer's parameters requires a gradient at its steps
@@ -476,22 +477,8 @@ def _frozen_optimizer(ctx: Context) -> Hypothesis | None:
         f"{kind if kind != 'optimizer' else 'SGD'}(filter(lambda p: p.requires_grad, model.parameters()), ...)`; "
         "or, if these parameters are meant to train, set requires_grad=True on them",
     ]
-    h = _hyp(Kind.loop_misuse, FROZEN_CONFIDENCE, None, step, summary, [], tips)
-    h.origin = Origin(module=None, step=step, root=None)
-    h.evidence = [
-        {
-            "type": "optimizer",
-            "step": step,
-            "module": None,
-            "from": "normal",
-            "to": "steps_frozen_only",
-            "site": SITE,
-            "optimizer_type": kind,
-            "params": count,
-            **({"step_at": step_at} if step_at else {}),
-        }
-    ]
-    return h
+    extra = {"optimizer_type": kind, "params": count, **({"step_at": step_at} if step_at else {})}
+    return _read_off(FROZEN_CONFIDENCE, step, summary, tips, ("optimizer", "steps_frozen_only"), extra)
 
 
 EARLY_SKIPPED = 0.6  # the schedule's first value lost (a warm-up's gentlest stage, a decay's first epoch): wrong
@@ -539,23 +526,9 @@ def _scheduler_early(ctx: Context) -> Hypothesis | None:
         f"call {name}.step() after optimizer.step(){_where(at)}: at the end of each epoch for an epoch schedule, "
         "after each optimizer.step() for a per-batch one (`optimizer.step(); scheduler.step()`)",
     ]
-    h = _hyp(Kind.loop_misuse, EARLY_SKIPPED if changed else EARLY_SHIFTED, None, step, summary, [], tips)
-    h.origin = Origin(module=None, step=step, root=None)
-    h.evidence = [
-        {
-            "type": "lr_schedule",
-            "step": step,
-            "module": None,
-            "from": "normal",
-            "to": "scheduler_before_step",
-            "site": SITE,
-            "scheduler": name,
-            "lr_before": before,
-            "lr_after": after,
-            **({"scheduler_at": at} if at else {}),
-        }
-    ]
-    return h
+    extra = {"scheduler": name, "lr_before": before, "lr_after": after, **({"scheduler_at": at} if at else {})}
+    conf = EARLY_SKIPPED if changed else EARLY_SHIFTED
+    return _read_off(conf, step, summary, tips, ("lr_schedule", "scheduler_before_step"), extra)
 
 
 LR_DEAD = 0.7  # no stall recognised (a loss that learned first stays "improved"), yet most of the run learns nothing

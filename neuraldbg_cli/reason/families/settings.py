@@ -146,31 +146,43 @@ def weight_decay_setting(ctx: Context) -> SettingCause | None:
     if not large:
         return None
     wd, opt = max(large)
-    usual = "0.01-0.1" if decoupled_decay(opt) else "1e-5-5e-4"
-    text = f"lower weight_decay ({wd:g} with {opt}) to {usual}, the usual range for {opt}"
     statement = (
         f"weight decay shrinks the weights: weight_decay={wd:g} with {opt} halves them by step {onset}, so each "
         f"update is large against them"
         if shrunk
         else f"weight decay collapses the weights: weight_decay={wd:g} with {opt} shrinks them toward 0 from step {onset}"
     )
+    # a flat (or, under SGD's pull between the loss and the decay, climbing) loss is what the user sees; then
+    # weights too small to pass a gradient on or to move; "no gradient" and dead units (a detach, a ReLU) are the
+    # least direct readings
+    tiers = (
+        (Kind.loss_plateau, Kind.loss_divergence, Kind.unstable_loss),
+        (Kind.vanishing_gradient, Kind.unchanged_weights, Kind.exploding_gradient),
+        (Kind.no_gradient, Kind.dead_activation),
+    )
+    return _decay_cause(wd, opt, onset, statement, tiers, _evidence(evs, 3))
+
+
+def _decay_cause(
+    wd: float, opt: str, onset: int, statement: str, tiers: tuple[tuple[Kind, ...], ...], evidence: list[Any]
+) -> SettingCause:
+    """A weight_decay named as the cause: its fix (down to the usual range for the optimizer) and the advice it
+    contradicts (a larger lr shrinks the weights faster: lr * weight_decay)."""
+    text = f"lower weight_decay ({wd:g} with {opt}) to {_usual_decay(opt)}, the usual range for {opt}"
     return SettingCause(
         "weight_decay",
         onset,
         statement,
         text,
-        # a flat (or, under SGD's pull between the loss and the decay, climbing) loss is what the user sees;
-        # then weights too small to pass a gradient on or to move; "no gradient" and dead units (a detach, a
-        # ReLU) are the least direct readings
-        (
-            (Kind.loss_plateau, Kind.loss_divergence, Kind.unstable_loss),
-            (Kind.vanishing_gradient, Kind.unchanged_weights, Kind.exploding_gradient),
-            (Kind.no_gradient, Kind.dead_activation),
-        ),
-        _evidence(evs, 3),
+        tiers,
+        evidence,
         fixes=[fix("weight_decay", text, value=0.01 if decoupled_decay(opt) else 1e-4)],
-        contradicts="raise the learning rate",  # a larger lr shrinks the weights faster (lr * weight_decay)
+        contradicts="raise the learning rate",
     )
+
+
+def _usual_decay(opt: str) -> str:
+    return "0.01-0.1" if decoupled_decay(opt) else "1e-5-5e-4"
 
 
 def _decay_holds(ctx: Context) -> SettingCause | None:
@@ -190,22 +202,13 @@ def _decay_holds(ctx: Context) -> SettingCause | None:
     if not large:
         return None
     wd, opt = max(large)
-    usual = "0.01-0.1" if decoupled_decay(opt) else "1e-5-5e-4"
-    text = f"lower weight_decay ({wd:g} with {opt}) to {usual}, the usual range for {opt}"
     statement = (
-        f"weight decay holds the weights back: weight_decay={wd:g} with {opt} (usual: {usual}) pulls every weight "
-        "toward 0 each step as hard as the loss pulls it toward a fit, so training stops where the two balance"
+        f"weight decay holds the weights back: weight_decay={wd:g} with {opt} (usual: {_usual_decay(opt)}) pulls "
+        "every weight toward 0 each step as hard as the loss pulls it toward a fit, so training stops where the two "
+        "balance"
     )
-    return SettingCause(
-        "weight_decay",
-        onset,
-        statement,
-        text,
-        ((Kind.loss_plateau,), (Kind.unchanged_weights, Kind.vanishing_gradient)),
-        [],  # (the plateau's own evidence is what it rests on)
-        fixes=[fix("weight_decay", text, value=0.01 if decoupled_decay(opt) else 1e-4)],
-        contradicts="raise the learning rate",
-    )
+    tiers = ((Kind.loss_plateau,), (Kind.unchanged_weights, Kind.vanishing_gradient))
+    return _decay_cause(wd, opt, onset, statement, tiers, [])  # (the plateau's own evidence is what it rests on)
 
 
 SETTINGS: tuple[Callable[[Context], SettingCause | None], ...] = (learning_rate_setting, weight_decay_setting)
