@@ -65,14 +65,17 @@ CASES: list[tuple[str, list[str], str | None, str]] = [
 ]
 
 
+def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), PYTHONWARNINGS="ignore")
+    return subprocess.run([sys.executable, "-m", "neuraldbg_cli", *args], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=600)
+
+
 def one(case: tuple[str, list[str], str | None, str], work: Path) -> dict:
     name, argv, kind, words = case
     run_dir = work / f"r{abs(hash(tuple(argv)))}"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), PYTHONWARNINGS="ignore")
-    subprocess.run([sys.executable, "-m", "neuraldbg_cli", "run", "-q", "--run-dir", str(run_dir), str(ASSETS / argv[0]),
-                    *argv[1:]], capture_output=True, text=True, env=env, cwd=work, timeout=600)
-    out = subprocess.run([sys.executable, "-m", "neuraldbg_cli", "explain", str(run_dir), "--format", "json"],
-                         capture_output=True, text=True, env=env, timeout=120)
+    _cli(work, "run", "-q", "--run-dir", str(run_dir), str(ASSETS / argv[0]), *argv[1:])
+    out = _cli(work, "explain", str(run_dir), "--format", "json")
     report = json.loads(out.stdout) if out.returncode == 0 else {"hypotheses": []}
     counted = [h for h in report["hypotheses"] if h["confidence"] >= 0.5]
     top = counted[0] if counted else None
