@@ -27,11 +27,12 @@ FIXES: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "zero_grad": ({}, "set the gradients to None after each optimizer step (optimizer.zero_grad() after step())"),
     "scheduler_per_epoch": ({}, "step each lr scheduler once per epoch (one pass over a DataLoader), not per batch"),
+    "minimize": ({}, "build every optimizer with maximize=False (each step goes down the gradient)"),
 }
 # fixes that act through a torch optimizer (its step hooks, its param groups): nothing to apply to a script that
 # steps none (a manual `p.data -= lr * p.grad` loop), so they are not offered to verify there
 VIA_OPTIMIZER = frozenset(
-    {"lr_scale", "clip_grad_norm", "warmup", "weight_decay", "adam_eps", "zero_grad", "scheduler_per_epoch"}
+    {"lr_scale", "clip_grad_norm", "warmup", "weight_decay", "adam_eps", "zero_grad", "scheduler_per_epoch", "minimize"}
 )
 # the words a text parameter accepts; init: He (kaiming_normal_, made for ReLU), Glorot (xavier_uniform_, made for
 # tanh/sigmoid), or the weights left as they are (keep: the swap alone)

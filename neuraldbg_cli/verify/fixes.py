@@ -128,6 +128,16 @@ def _weight_decay(params: dict[str, Any], hooks: HookSet) -> Applied:
     return applied
 
 
+def _minimize(params: dict[str, Any], hooks: HookSet) -> Applied:
+    applied = Applied("minimize", params, "param groups", "no optimizer with a maximize setting was built")
+
+    def descend(group: dict[str, Any]) -> None:
+        group["maximize"] = False
+
+    _on_groups(hooks, descend, applied, "maximize")
+    return applied
+
+
 def _adam_eps(params: dict[str, Any], hooks: HookSet) -> Applied:
     """eps of Adam-family optimizers only (Adam, AdamW, NAdam, RAdam, Adamax...): the same name means other
     things in Adagrad or RMSprop."""
@@ -383,6 +393,7 @@ _INSTALL: dict[str, Callable[[dict[str, Any], HookSet], Applied]] = {
     "activation_swap": _activation_swap,
     "zero_grad": _zero_grad,
     "scheduler_per_epoch": _scheduler_per_epoch,
+    "minimize": _minimize,
 }
 assert set(_INSTALL) == set(FIXES), "every fixspec.FIXES id needs its implementation here"
 

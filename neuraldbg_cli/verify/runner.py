@@ -27,6 +27,7 @@ SCHEMA = "neuraldbg.verify/1"
 VERIFY_FILE = "verify.json"
 TRIALS_DIR = "verify"
 STEPS_CAP = 300  # the default number of steps is never more than this
+REPLAY_S = 60.0  # a control that did not show the symptom yet is run again as long as the original run, within this
 START_S = 4.0  # a trial's start-up (python, torch, neuraldbg), for the time estimate
 
 
@@ -59,6 +60,8 @@ class Plan:
     specs: list[str] = field(default_factory=list)
     steps_given: bool = False  # --steps: the trials run exactly that long (no longer run for a slow start)
     label: str = ""  # trials run again longer: their folders' suffix
+    observed: int = 0  # the original run's optimizer steps
+    wall_s: float = 0.0  # and its wall time
 
     def __post_init__(self) -> None:
         self.specs = list(dict.fromkeys(c.spec for c in self.candidates))
@@ -192,6 +195,7 @@ def make_plan(
     limit = timeout if timeout is not None else max(120.0, 10 * per_trial)
     original_ok = meta.get("status") in ("finished", "stopped")
     plan = Plan(Path(run_dir).absolute(), cmd, cands, n, seed_list, limit, per_trial, original_ok)
+    plan.observed, plan.wall_s = observed, float(wall)
     plan.no_overlay = overlay.available()
     plan.steps_given = steps is not None
     return plan
@@ -249,26 +253,50 @@ def _trials(
 
 
 def _longer(plan: Plan, fixes: list[dict[str, Any]], min_conf: float, say: Any) -> tuple[dict[str, Any] | None, bool]:
-    """Fixes still catching up at the end of their trials (a slower start: see _catching_up) are judged again on
-    a control and trials twice as long (at most STEPS_CAP), once, unless --steps fixed the length. Their entries
-    in `fixes` are replaced; returns what was run again (verify.json's "extended") and whether Ctrl-C stopped it."""
-    slow = [c for c, f in zip(plan.candidates, fixes) if f["status"] == "inconclusive" and RUN_LONGER in f["reason"]]
-    longer = min(STEPS_CAP, 2 * plan.steps)
-    if not slow or plan.steps_given or longer <= plan.steps:
+    """Judged again on a control and trials run longer, once, unless --steps fixed the length: fixes still
+    catching up at the end of their trials (a slower start: see _catching_up), twice as long (at most STEPS_CAP);
+    and fixes whose control did not show the symptom yet, as long as the original run (replay_steps): a
+    hypothesis's confidence can rest on what came later in the run (the plateau that makes a statistic harmful,
+    the level a divergence settles at). Their entries in `fixes` are replaced; returns what was run again
+    (verify.json's "extended") and whether Ctrl-C stopped it."""
+    if plan.steps_given:
         return None, False
-    again = dataclasses.replace(plan, candidates=slow, steps=longer, label=f"steps{longer}")
+    slow = [c for c, f in zip(plan.candidates, fixes) if f["status"] == "inconclusive" and RUN_LONGER in f["reason"]]
+    replay = replay_steps(plan)
+    unseen = [c for c, f in zip(plan.candidates, fixes) if f["reason"].startswith(NOT_SHOWN)] if replay else []
+    longer = max(min(STEPS_CAP, 2 * plan.steps) if slow else 0, replay if unseen else 0)
+    again_for = slow + [c for c in unseen if c not in slow]
+    if not again_for or longer <= plan.steps:
+        return None, False
+    again = dataclasses.replace(plan, candidates=again_for, steps=longer, label=f"steps{longer}")
     runs = [(spec, seed) for seed in again.seeds for spec in [None, *again.specs]]
-    say(
-        f"  still catching up at step {plan.steps}: {', '.join(again.specs)}; the control and them again, {longer} steps"
-    )
+    why = []
+    if slow:
+        why.append(f"still catching up at step {plan.steps}: {', '.join(dict.fromkeys(c.spec for c in slow))}")
+    if unseen:
+        kinds = ", ".join(dict.fromkeys(c.kind for c in unseen))
+        why.append(f"the control did not show {kinds} by step {plan.steps} (the original run: {plan.observed} steps)")
+    say(f"  {'; '.join(why)}; the control and them again, {longer} steps")
     done: dict[tuple[str | None, int | None], Outcome] = {}
     interrupted = _trials(again, runs, done, min_conf, say)
     for i, c in enumerate(plan.candidates):
-        if c in slow and not interrupted:
+        if c in again_for and not interrupted:
+            before = "it was still catching up" if c in slow else f"the control did not show {c.kind} yet"
             entry = judge(c, again, done, min_conf)
-            entry["reason"] = f"judged at {longer} steps (at {plan.steps} it was still catching up); {entry['reason']}"
+            entry["reason"] = f"judged at {longer} steps (at {plan.steps} {before}); {entry['reason']}"
             fixes[i] = entry
     return {"steps": longer, "fixes": again.specs}, interrupted
+
+
+def replay_steps(plan: Plan) -> int:
+    """How long a control runs to replay the original run: its length, when that fits in REPLAY_S of training
+    at the original run's pace, else what does (at least STEPS_CAP); 0 when the trials already ran that long."""
+    if plan.observed <= plan.steps:
+        return 0
+    per_step = plan.wall_s / max(1, plan.observed)
+    affordable = int(REPLAY_S / per_step) if per_step > 0 else plan.observed
+    steps = min(plan.observed, max(STEPS_CAP, affordable))
+    return steps if steps > plan.steps else 0
 
 
 def isolation_line(plan: Plan) -> str:
@@ -298,6 +326,7 @@ def progress_line(out: Outcome) -> str:
 
 
 RUN_LONGER = "run longer to judge it"  # in a catching-up verdict's reason: verify runs it again, longer
+NOT_SHOWN = "the control did not show"  # a control without the targeted symptom: run again as long as the original
 MIN_EFFECT = 0.05  # the smallest change of the loss's level that counts, as a share of the control's (one seed)
 ORDER = {"verified": 0, "partial": 1, "not_verified": 2, "worse": 3, "inconclusive": 4}
 
@@ -451,7 +480,7 @@ def judge(c: Candidate, plan: Plan, done: dict[tuple[str | None, int | None], Ou
             if plan.original_ok:
                 inconclusive += " (the original run did not: a problem of verify itself, please report it)"
         elif c.kind not in ctl.kinds:
-            inconclusive = f"the control did not show {c.kind} within {ctl.steps} steps{on}"
+            inconclusive = f"{NOT_SHOWN} {c.kind} within {ctl.steps} steps{on}"
         elif tri.state != "ok":
             inconclusive = f"the trial {tri.state}{on}: {tri.error}"
         elif tri.fix.get("error"):

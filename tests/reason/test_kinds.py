@@ -85,3 +85,13 @@ def test_every_event_written_is_in_the_vocabulary(observe):
         assert {e.site for e in events} <= set(SITES), script
         seen |= {(e.type, e.site) for e in events}
     assert len({t for t, _ in seen}) >= 6 and len({s for _, s in seen}) >= 6, seen
+
+
+def test_an_optimizer_built_to_maximize_is_named_as_the_root_with_its_fix(observe):
+    """SGD(maximize=True) climbs the loss: the divergence names the setting first, its first suggestion removes
+    it and its first fix (`minimize`) is one verify can apply; the generic "check the update sign" goes."""
+    top = observe("divergence.py").top
+    assert top["kind"] == "loss_divergence" and "built with maximize=True" in top["summary"], top
+    assert top["suggestions"][0].startswith("remove maximize=True from SGD"), top["suggestions"]
+    assert not any("check the update sign" in s for s in top["suggestions"])
+    assert top["fixes"][0]["id"] == "minimize"

@@ -1,6 +1,7 @@
 """verify's run-level verdict per trial (issue 32), on hand-made outcomes: verified only when the targeted
 symptom and every problem its root explains are gone, nothing new appears and the loss's level improved beyond
 seed noise; partial, not verified, worse and inconclusive say what happened instead."""
+
 from __future__ import annotations
 
 import math
@@ -91,7 +92,10 @@ def test_several_objectives_are_each_judged_against_their_own_control():
     ctl = two("control", None, 1.36, 0.50, ["unstable_loss"])
     traded = verdict(LR, [ctl], [two("lr", None, 0.48, 1.20)])
     assert traded["status"] == "not_verified" and "moved apart" in traded["reason"]
-    assert traded["metric"]["objectives"] == {"G": {"control": 1.36, "trial": 0.48}, "D": {"control": 0.5, "trial": 1.2}}
+    assert traded["metric"]["objectives"] == {
+        "G": {"control": 1.36, "trial": 0.48},
+        "D": {"control": 0.5, "trial": 1.2},
+    }
     cured = verdict(LR, [ctl], [two("lr", None, 0.48, 0.49)])
     assert cured["status"] == "verified" and "each objective: D 0.49 vs 0.5, G 0.48 vs 1.36" in cured["reason"]
     lost = verdict(LR, [ctl], [two("lr", None, 0.40, math.nan)])
@@ -163,4 +167,43 @@ def test_a_slow_start_is_run_again_longer_and_judged_there(monkeypatch, tmp_path
     assert any("still catching up at step 24" in line for line in lines), lines
     fixed = Plan(tmp_path, CMD, [lr], 24, [None], 60.0, 1.0, True, steps_given=True)
     doc, _ = runner.execute(fixed, 0.5, lines.append)
+    assert doc["fixes"][0]["status"] == "inconclusive" and "extended" not in doc
+
+
+def test_a_control_that_has_not_shown_the_symptom_yet_is_replayed_as_long_as_the_original_run(monkeypatch, tmp_path):
+    """A loss state is dated back to where it began (a divergence to the start of its rise) but recognised later:
+    a control cut at the default length may not show it. verify then runs the control and that fix again as long
+    as the original run (when that fits in REPLAY_S at its pace) and judges them there; with --steps it does not."""
+    from neuraldbg_cli.verify import runner
+
+    def fake_run(cmd, out, spec, steps, timeout, isolate):
+        out.steps = steps
+
+    def fake_read(out, min_conf):  # the control's rise is recognised only after step 40
+        long = out.steps > 40
+        if out.name == "control":
+            out.late, out.kinds = (5.4 if long else 0.84), ({"loss_divergence": 0.8} if long else {})
+        else:
+            out.late, out.kinds = 0.5, {}
+        out.first, out.fall, out.loss, out.fix = 0.7, 0.0, out.late, {"applied": 1}
+        return out
+
+    monkeypatch.setattr(runner, "run_one", fake_run)
+    monkeypatch.setattr(runner, "read_outcome", fake_read)
+    fix = Candidate("loss_divergence", "minimize", {}, "remove maximize=True")
+    plan = Plan(tmp_path, CMD, [fix], 23, [None], 60.0, 1.0, True, observed=60, wall_s=2.0)
+    lines = []
+    doc, _ = runner.execute(plan, 0.5, lines.append)
+    (entry,) = doc["fixes"]
+    assert entry["status"] == "verified", entry
+    assert entry["reason"].startswith("judged at 60 steps (at 23 the control did not show loss_divergence yet)")
+    assert doc["extended"] == {"steps": 60, "fixes": ["minimize"]}
+    assert any("the control did not show loss_divergence by step 23 (the original run: 60 steps)" in x for x in lines)
+    # a long, slow original run is replayed as far as REPLAY_S of its training allows (at least STEPS_CAP)
+    slow = Plan(tmp_path, CMD, [fix], 23, [None], 60.0, 1.0, True, observed=100_000, wall_s=100_000.0)
+    assert runner.replay_steps(slow) == runner.STEPS_CAP
+    quick = Plan(tmp_path, CMD, [fix], 23, [None], 60.0, 1.0, True, observed=1000, wall_s=3.0)
+    assert runner.replay_steps(quick) == 1000
+    given = Plan(tmp_path, CMD, [fix], 23, [None], 60.0, 1.0, True, steps_given=True, observed=60, wall_s=2.0)
+    doc, _ = runner.execute(given, 0.5, lines.append)
     assert doc["fixes"][0]["status"] == "inconclusive" and "extended" not in doc

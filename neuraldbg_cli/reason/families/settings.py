@@ -1,5 +1,5 @@
 """Wrong training settings, with no Kind of their own: a learning rate or weight decay the weights show to be
-far too large. The reasoner names each in the hypotheses it produced (see reasoner.name_setting)."""
+far too large, an optimizer told to climb the loss. The reasoner names each in the hypotheses it produced (see reasoner.name_setting)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class SettingCause:
     hypotheses it produced carry it. The first of them (by tier, then onset) states it in its summary and
     ranks above the others; all of them get its fix as their first suggestion."""
 
-    setting: str  # "learning_rate" | "weight_decay"
+    setting: str  # "learning_rate" | "weight_decay" | "update_sign"
     onset: int  # the step its evidence began
     statement: str  # "the learning rate is too large: ..."
     fix: str
@@ -211,4 +211,41 @@ def _decay_holds(ctx: Context) -> SettingCause | None:
     return _decay_cause(wd, opt, onset, statement, tiers, [])  # (the plateau's own evidence is what it rests on)
 
 
-SETTINGS: tuple[Callable[[Context], SettingCause | None], ...] = (learning_rate_setting, weight_decay_setting)
+def ascent_setting(ctx: Context) -> SettingCause | None:
+    """An optimizer built with maximize=True steps up its gradient: the value backward() is called on climbs, and
+    no step size changes the direction (a lower lr only slows the climb). Named on a loss that rises (diverges or
+    swings upward), never on one that falls: a reward maximised on purpose rises as it should only when its
+    script logs it as what it is, and then it is no loss the monitor reads as diverging."""
+    rising = [
+        e
+        for e in ctx.select(types=[EventType.optimizer_instability.value], to=["diverging"])
+        if e.metrics.get("fall_factor") is None
+    ]
+    if not rising:
+        return None
+    onset = min(e.step for e in rising)
+    up = [opt for opt, g, _ in ctx.group_lrs(onset) if g.get("maximize") is True]
+    if not up:
+        return None
+    opt = up[0]
+    text = f"remove maximize=True from {opt}(...): it steps up the gradient, so the loss climbs"
+    return SettingCause(
+        "update_sign",
+        onset,
+        f"the optimizer climbs the loss: {opt} was built with maximize=True, so each step goes up the gradient",
+        text,
+        (
+            (Kind.loss_divergence, Kind.unstable_loss, Kind.exploding_gradient),
+            (Kind.non_finite, Kind.loss_plateau, Kind.dead_activation, Kind.saturated_activation),
+        ),
+        [],  # (the loss's own evidence is what it rests on)
+        contradicts="check the update sign",
+        fixes=[fix("minimize", text)],
+    )
+
+
+SETTINGS: tuple[Callable[[Context], SettingCause | None], ...] = (
+    ascent_setting,
+    learning_rate_setting,
+    weight_decay_setting,
+)
