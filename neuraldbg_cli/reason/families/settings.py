@@ -80,14 +80,14 @@ def learning_rate_setting(ctx: Context) -> SettingCause | None:
         Kind.attention_collapse,
     )
     tiers: tuple[tuple[Kind, ...], ...]
-    if ctx.select(types=[EventType.optimizer_instability.value], to=["diverging", "oscillating"]):
+    if _swings_last(ctx):
         # the loss blows up or swings: that symptom, or the explosion that drives it, names the lr
         tiers = (
             (Kind.loss_divergence, Kind.unstable_loss, Kind.exploding_gradient),
             (Kind.non_finite, Kind.loss_plateau, *damage),
         )
-    else:  # the loss's own symptom (a NaN, a stall) names it; the network's damage follows
-        tiers = ((Kind.non_finite, Kind.loss_plateau), (Kind.exploding_gradient, *damage))
+    else:  # the loss's own symptom (a NaN, a stall: also one a blow-up fell back onto) names it; the damage follows
+        tiers = ((Kind.non_finite, Kind.loss_plateau), (Kind.loss_divergence, Kind.exploding_gradient, *damage))
     return SettingCause(
         "learning_rate",
         onset,
@@ -99,6 +99,23 @@ def learning_rate_setting(ctx: Context) -> SettingCause | None:
         ends=_last_in_force(ctx, evs, "oversized"),
         fixes=lower_lr_fix(ctx, onset),
     )
+
+
+def _swings_last(ctx: Context) -> bool:
+    """The loss blew up or swung, other than as a brief transient: a blow-up that falls back within the loss
+    window (a few steps) and is followed by a stall (dead units, a wrecked fit) is not what training shows; the
+    stall is. A blow-up that lasts, or swings on, is."""
+    moves = sorted(ctx.select(types=[EventType.optimizer_instability.value]), key=lambda e: e.step)
+    swinging, since, spent = False, 0, 0
+    for e in moves:
+        if e.to in ("diverging", "oscillating") and not swinging:
+            swinging, since = True, e.step
+        elif e.to not in ("diverging", "oscillating") and swinging:
+            swinging, spent = False, spent + e.step - since
+    if not any(e.to in ("diverging", "oscillating") for e in moves):
+        return False
+    stalled = any(e.to == "plateau" for e in moves)
+    return swinging or not stalled or spent >= ctx.loss_window
 
 
 def _last_in_force(ctx: Context, evs: list[Event], state: str) -> int | None:
