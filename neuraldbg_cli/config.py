@@ -461,6 +461,7 @@ class Thresholds(BaseModel):
 # the contract's kinds that no rule judges yet: accepted by --fail-on/--stop-on (a gate written for them is valid
 # and never fires) so that a CI job can name every kind of the contract
 CONTRACT_ONLY_KINDS: set[str] = set()
+SAMPLE_WARMUP = 10  # the probe samples every step up to this one, then every `every`-th (probe.hooks.every_n)
 KNOWN_KINDS = {k.value for k in Kind} | CONTRACT_ONLY_KINDS
 
 

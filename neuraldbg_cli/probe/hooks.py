@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch.nn.modules import module as _module
 from torch.optim import optimizer as _optimizer
 
+from neuraldbg_cli.config import SAMPLE_WARMUP
 from neuraldbg_cli.probe.backward import BackwardWatch
 from neuraldbg_cli.probe.gradreader import GradReader
 from neuraldbg_cli.probe.graphwatch import GraphWatch, Keeper
@@ -59,7 +60,7 @@ def _distributed_sampler() -> type | None:
     return DistributedSampler
 
 
-def every_n(n: int, warmup: int = 10) -> Callable[[int], bool]:
+def every_n(n: int, warmup: int = SAMPLE_WARMUP) -> Callable[[int], bool]:
     """Schedule: the first `warmup` steps (most failures start at initialisation), then every n-th."""
     return lambda step: step < warmup or step % n == 0
 

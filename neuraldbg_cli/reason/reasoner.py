@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from neuraldbg_cli.config import Thresholds
+from neuraldbg_cli.config import SAMPLE_WARMUP, Thresholds
 from neuraldbg_cli.reason import crossrank, fixspec, harm
 from neuraldbg_cli.reason.families import RULES
 from neuraldbg_cli.reason.families.causes import (
@@ -144,6 +144,7 @@ def rank(
     presence: float = 0.5,
     settings: Iterable[SettingCause] = (),
     position: Callable[[Origin], int] | None = None,
+    judged_from: int = Thresholds.model_fields["baseline_samples"].default,
 ) -> list[Hypothesis]:
     """The causal model: which hypothesis explains which, drawn only where the trace supports it. A is a
     cause of B when A is present (confidence >= `presence`), began no later than B (within `slack` steps, plus
@@ -163,7 +164,8 @@ def rank(
             return None
         if entry.needs_training and not effect.origin.step and not acts_at_once(cause):
             return None
-        if _onset(cause) > _onset(effect) + slack + (loss_window if entry.dated_late else 0):
+        early = _uncertain(_onset(cause), slack, judged_from) if cause.origin.module else slack
+        if _onset(cause) > _onset(effect) + early + (loss_window if entry.dated_late else 0):
             return None
         site = _connected(cause, effect, entry.condition(cause, effect))
         if site is None:
@@ -243,6 +245,18 @@ def rank(
     for i, h in enumerate(ordered, 1):
         h.rank = i
     return ordered
+
+
+def _uncertain(onset: int, every: int, judged_from: int) -> int:
+    """How much earlier than its dated onset a state may have begun: it was dated at the first sampled step that
+    saw it, and the sampled step before saw another state. The probe samples every step up to SAMPLE_WARMUP,
+    then every `every`-th: a cause dated at step 8 began after step 7 and explains nothing seen at step 0. The
+    first `judged_from` samples are a site's baseline, not judged: a state dated there may have held from step 0.
+    (For a layer's state; the loss is read every step but a state of it is recognised late, and the data's
+    faults are a run's: those keep one sampling interval.)"""
+    if onset <= judged_from:
+        return onset
+    return 0 if onset <= SAMPLE_WARMUP else max(0, every - 1)
 
 
 def _first_root(j: int, parents: list[list[int]]) -> int:
@@ -337,6 +351,7 @@ def explain(run: RunData, min_confidence: float = 0.5) -> Report:
         presence=min_confidence,
         settings=settings,
         position=lambda o: ctx.position(o.root, o.module),
+        judged_from=ctx.thresholds.baseline_samples,
     )
     for h in hyps:
         if not ctx.optimizers:  # (the advice keeps them in words: the script applies them in its own loop)

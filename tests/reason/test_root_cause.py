@@ -274,6 +274,25 @@ def test_a_blow_up_the_loss_falls_back_from_within_its_window_is_a_transient_the
     assert hyps[0].suggestions[0].startswith("lr=0.1 with Adam: try"), hyps[0].suggestions
     assert_links_have_evidence(hyps)
 
+
+@pytest.mark.parametrize("saturated_at,linked", [(8, False), (2, True), (20, True)])
+def test_a_layer_state_first_seen_after_a_dense_sample_saw_it_normal_explains_nothing_before(saturated_at, linked):
+    """Ten sigmoid convolutions (a factory's gated config): gradients vanish toward the input from step 0, and one
+    sigmoid saturates at step 8. The probe samples every step up to step 10, so that layer was seen normal at step
+    7: its saturation cannot have made the vanishing seen at step 0, which leads. A state dated within a site's
+    baseline (the first samples, not judged) may have held from step 0, and after the dense start one sampling
+    interval is unknown: both may explain an effect dated a little earlier."""
+    models = model("Conv1d", "Sigmoid", "Conv1d", "Sigmoid", "Conv1d", "Sigmoid", "Linear")
+    evs = [ev(GRAD, 0 if saturated_at <= 10 else 12, m, "healthy", "vanishing", "gradient", rms=1e-9, ratio_to_max=1e-9)
+           for m in ("m0", "m2", "m4")]
+    evs.append(ev("activation_regime_shift", saturated_at, "m5", "normal", "saturated", "activation", sat_frac=0.9))
+    hyps = explain(evs, models, optimizer("Adagrad", 0.01))
+    k = by_kind(hyps)
+    assert (k[Kind.vanishing_gradient].caused_by == Kind.saturated_activation) is linked, hyps
+    if not linked:
+        assert hyps[0].kind == Kind.vanishing_gradient
+    assert_links_have_evidence(hyps)
+
 # ---------------------------------------------------------------- through the real CLI
 
 LINKED = [
