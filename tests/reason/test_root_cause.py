@@ -293,6 +293,31 @@ def test_a_layer_state_first_seen_after_a_dense_sample_saw_it_normal_explains_no
         assert hyps[0].kind == Kind.vanishing_gradient
     assert_links_have_evidence(hyps)
 
+
+@pytest.mark.parametrize("data,nan_at,linked", [
+    ({"to": "extreme_scale", "mean": 300.0, "std": 2.8, "min": 295.0, "max": 305.0}, 0, False),
+    ({"to": "extreme_scale", "mean": 300.0, "std": 2.8, "min": 295.0, "max": 305.0}, 6, True),
+    ({"to": "non_finite", "mean": None, "std": None, "min": None, "max": None}, 0, True),
+    ({"to": "extreme_scale", "mean": 1e19, "std": 1e18, "min": 0.0, "max": 3e19}, 0, True),
+])
+def test_badly_scaled_data_makes_a_nan_only_through_growth_or_overflow(data, nan_at, linked):
+    """Temperatures around 300 K into a hand-written norm layer whose one-pass variance (E[x^2] - E[x]^2) goes
+    negative: a NaN in its output at step 0. Finite, representable data does not make a NaN in the first forward
+    pass (an operation does): the NaN leads, not "a consequence of data_anomaly". NaN data, data whose square
+    overflows float32, or a NaN after updates began (the scale drove them) are the data's doing."""
+    to = data.pop("to")
+    evs = [
+        ev("data_anomaly", 0, None, "normal", to, "input", root="Net", **data),
+        ev("non_finite", nan_at, "m0", "normal", "non_finite", "output"),
+        ev(LOSS, nan_at, None, "normal", "non_finite", "loss", recent=None, start=1.0, best=1.0),
+    ]
+    hyps = explain(evs, MODELS, optimizer("Adam", 1e-3))
+    k = by_kind(hyps)
+    assert (k[Kind.non_finite].caused_by == Kind.data_anomaly) is linked, hyps
+    if not linked:
+        assert hyps[0].kind == Kind.non_finite
+    assert_links_have_evidence(hyps)
+
 # ---------------------------------------------------------------- through the real CLI
 
 LINKED = [

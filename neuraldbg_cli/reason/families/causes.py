@@ -79,6 +79,19 @@ def _non_finite_data(h: Hypothesis) -> bool:
     return any(e.get("type") == "data_anomaly" and e.get("to") == "non_finite" for e in h.evidence)
 
 
+OVERFLOW = 1e18  # data this large overflows float32 when squared (its max is 3.4e38)
+
+
+def _overflows(h: Hypothesis) -> bool:
+    """Its evidence shows data values large enough that a square (a variance, a norm) overflows float32."""
+    return any(
+        isinstance(v, (int, float)) and abs(v) >= OVERFLOW
+        for e in h.evidence
+        if e.get("type") == "data_anomaly"
+        for v in (e.get("max"), e.get("min"), e.get("mean"))
+    )
+
+
 UNDERFLOW = 1e4  # a blow-up's gradients this many times the later ones: those steps vanish against the weights
 
 
@@ -122,6 +135,10 @@ CONDITIONS: dict[str, Pair] = {
     # NaN/Inf in a batch writes NaN into a training-mode BatchNorm's running statistics; badly scaled inputs
     # cannot put a layer in eval mode, nor freeze or poison its statistics
     "poisons_norm": lambda c, e: _non_finite_data(c) and _poisoned(e),
+    # NaN/Inf in the data spread from the first layer; badly scaled data makes one only through what it drives
+    # (updates that grow: a NaN after step 0) or by overflowing float32 (a square of 1e19); a NaN made in the
+    # first forward from finite, representable data is made by an operation (a one-pass variance, a log of 0)
+    "makes_nan": lambda c, e: _non_finite_data(c) or (e.origin.step or 0) > 0 or _overflows(c),
     "sign_error": lambda c, e: falls_without_bound(c),
     "sums": lambda c, e: any(ev.get("to") == "sum_reduction" for ev in c.evidence),
     "effect_sign_error": lambda c, e: falls_without_bound(e),
@@ -187,7 +204,6 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
     ),
     Kind.data_anomaly: Causes(
         (
-            Kind.non_finite,
             Kind.exploding_gradient,
             Kind.saturated_activation,
             Kind.loss_divergence,
@@ -196,7 +212,7 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
             Kind.loss_plateau,
             Kind.vanishing_gradient,
         ),
-        when=((Kind.normalization_fault, "poisons_norm"),),
+        when=((Kind.normalization_fault, "poisons_norm"), (Kind.non_finite, "makes_nan")),
         unless=_SIGN,
     ),
     # frozen or poisoned normalisation: the layers after it see badly scaled values, the loss stalls or swings
