@@ -219,10 +219,11 @@ def rank(
 
     where = position or (lambda origin: 0)
     explains = {i for p in parents for i in p}
+    first = _first_symptom(hyps, parents, presence, slack, judged_from)
     key = [
         (
             h.confidence < presence,
-            0 if is_root_kind(h) or h.kind == Kind.non_finite else 1 if j in carriers or j in explains else 2,
+            0 if is_root_kind(h) or h.kind == Kind.non_finite else 1 if j in carriers | explains | first else 2,
             -h.confidence,
             h.origin.step if h.origin.step is not None else _LATE,
             where(h.origin),
@@ -245,6 +246,25 @@ def rank(
     for i, h in enumerate(ordered, 1):
         h.rank = i
     return ordered
+
+
+def _first_symptom(
+    hyps: list[Hypothesis], parents: list[list[int]], presence: float, every: int, judged_from: int
+) -> set[int]:
+    """The loss's symptom when it is where training first showed harm: present, explained by nothing, and begun
+    before every present state of the network that nothing explains either (each later than its own dating
+    uncertainty allows). A stall from step 0 then leads the gradients that faded at step 32: they cannot have
+    caused it, and the stall is what the run shows first."""
+    free = [j for j, h in enumerate(hyps) if h.confidence >= presence and not parents[j] and not is_root_kind(h)]
+    network = [j for j in free if hyps[j].kind not in _LOSS_LEVEL]
+    out = set()
+    for j in free:
+        if hyps[j].kind not in _LOSS_LEVEL - {Kind.non_finite} or not network:
+            continue
+        at = _onset(hyps[j])
+        if all(_onset(hyps[k]) - _uncertain(_onset(hyps[k]), every, judged_from) > at for k in network):
+            out.add(j)
+    return out
 
 
 def _uncertain(onset: int, every: int, judged_from: int) -> int:

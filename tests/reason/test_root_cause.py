@@ -318,6 +318,19 @@ def test_badly_scaled_data_makes_a_nan_only_through_growth_or_overflow(data, nan
         assert hyps[0].kind == Kind.non_finite
     assert_links_have_evidence(hyps)
 
+
+@pytest.mark.parametrize("faded_at,first", [(32, Kind.loss_plateau), (0, Kind.vanishing_gradient)])
+def test_the_loss_symptom_leads_a_network_state_that_began_after_it_and_explains_nothing(faded_at, first):
+    """A Post-LN transformer without warm-up: the loss is stuck from step 0, the gradients fade toward the input
+    from step 32 (more confident, but later: they cannot have caused the stall). The stall is where training
+    first showed harm and leads; gradients that vanished from step 0 explain it and lead instead."""
+    evs = [ev(GRAD, faded_at, m, "healthy", "vanishing", "gradient", rms=1e-9, ratio_to_max=7e-5)
+           for m in ("m0", "m1", "m2")]
+    evs.append(ev(LOSS, 0, None, "normal", "plateau", "loss", recent=2.84, start=2.95, best=2.52))
+    hyps = explain(evs, MODELS, optimizer("AdamW", 5e-3))
+    assert hyps[0].kind == first, hyps
+    assert_links_have_evidence(hyps)
+
 # ---------------------------------------------------------------- through the real CLI
 
 LINKED = [
