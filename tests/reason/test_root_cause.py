@@ -345,12 +345,13 @@ LINKED = [
 
 
 @pytest.mark.parametrize("asset", LINKED)
-def test_every_drawn_link_holds_on_real_training(tmp_path, asset):
+def test_every_drawn_link_holds_on_real_training(observe, asset):
     """Real small training runs (broken and healthy): each link explain draws gives its evidence in `because`
-    (text, JSON), names a present cause listed above it, and joins connected sites (unsupported_links)."""
-    run_dir = tmp_path / "run"
-    proc = run_cli("run", "--quiet", "--run-dir", run_dir, ASSETS / asset, cwd=tmp_path)
-    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    (text, JSON), names a present cause listed above it, and joins connected sites (unsupported_links). (The
+    runs are the session's shared ones: test_kinds reads the same.)"""
+    obs = observe(asset)
+    assert obs.proc.returncode in (0, 1), obs.proc.stderr[-2000:]
+    run_dir = obs.run_dir
     report = explain_json(run_dir)
     assert unsupported_links(Report.model_validate(report)) == []
     linked = [h for h in report["hypotheses"] if h.get("caused_by")]
@@ -362,10 +363,8 @@ def test_every_drawn_link_holds_on_real_training(tmp_path, asset):
             assert f"consequence of {h['caused_by']}, because: {h['because']}" in text
 
 
-def test_a_minus_sign_in_front_of_the_loss_is_the_root_of_its_fall_without_bound(tmp_path):
-    run_dir = tmp_path / "run"
-    run_cli("run", "--quiet", "--run-dir", run_dir, ASSETS / "negated_loss.py", cwd=tmp_path)
-    hyps = explain_json(run_dir)["hypotheses"]
+def test_a_minus_sign_in_front_of_the_loss_is_the_root_of_its_fall_without_bound(observe):
+    hyps = observe("negated_loss.py").report["hypotheses"]
     top = hyps[0]
     assert top["kind"] == "loss_misuse" and "wrong sign" in top["summary"], hyps
     assert "remove the minus" in top["suggestions"][0]
@@ -377,11 +376,9 @@ def test_a_minus_sign_in_front_of_the_loss_is_the_root_of_its_fall_without_bound
         assert not [f for f in h.get("fixes", []) if f["id"] in ("lr_scale", "clip_grad_norm")], h
 
 
-def test_a_dead_layer_leads_the_still_gradients_it_makes_and_no_weight_is_called_unchanged(tmp_path):
+def test_a_dead_layer_leads_the_still_gradients_it_makes_and_no_weight_is_called_unchanged(observe):
     """A ReLU layer dead from initialisation feeds zeros to the head: the head's weight gets no gradient and its
     2-class bias moves by +-lr under Adam (which a sum of bit patterns alone would read as unchanged)."""
-    run_dir = tmp_path / "run"
-    run_cli("run", "--quiet", "--run-dir", run_dir, ASSETS / "dead_relu.py", cwd=tmp_path)
-    hyps = explain_json(run_dir)["hypotheses"]
+    hyps = observe("dead_relu.py").report["hypotheses"]
     assert hyps[0]["kind"] == "dead_activation", hyps
     assert "unchanged_weights" not in [h["kind"] for h in hyps]
