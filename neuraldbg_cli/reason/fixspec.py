@@ -28,6 +28,7 @@ FIXES: dict[str, tuple[dict[str, Any], str]] = {
     "zero_grad": ({}, "set the gradients to None after each optimizer step (optimizer.zero_grad() after step())"),
     "scheduler_per_epoch": ({}, "step each lr scheduler once per epoch (one pass over a DataLoader), not per batch"),
     "minimize": ({}, "build every optimizer with maximize=False (each step goes down the gradient)"),
+    "drop_output_relu": ({}, "replace a model's last module, when it is an nn.ReLU, with nn.Identity"),
 }
 # fixes that act through a torch optimizer (its step hooks, its param groups): nothing to apply to a script that
 # steps none (a manual `p.data -= lr * p.grad` loop), so they are not offered to verify there

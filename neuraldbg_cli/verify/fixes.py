@@ -349,6 +349,27 @@ def _reinit(params: dict[str, Any], hooks: HookSet) -> Applied:
     return applied
 
 
+def _drop_output_relu(params: dict[str, Any], hooks: HookSet) -> Applied:
+    """A model whose last leaf module is an nn.ReLU (the one a Sequential of Linear/ReLU pairs kept after its last
+    layer) gets nn.Identity there, at its first training call: its outputs can go below 0 again. A ReLU applied
+    in forward() (F.relu) is not a module and is left as it is: the trial says so."""
+    applied = Applied("drop_output_relu", params, "modules", "no model ends with an nn.ReLU module")
+
+    def act(tree: Tree) -> None:
+        leaves = [(name, m) for name, m in tree if not any(True for _ in m.children())]
+        if not leaves or type(leaves[-1][1]) is not torch.nn.ReLU:
+            return
+        name = leaves[-1][0]
+        parent_name, _, child = name.rpartition(".")
+        parent = dict(tree).get(parent_name)
+        if parent is not None and child:
+            setattr(parent, child, torch.nn.Identity())
+            applied.count += 1
+
+    _on_first_training_call(hooks, act, applied)
+    return applied
+
+
 _SWAPPABLE = (torch.nn.Sigmoid, torch.nn.Tanh)
 
 
@@ -394,6 +415,7 @@ _INSTALL: dict[str, Callable[[dict[str, Any], HookSet], Applied]] = {
     "zero_grad": _zero_grad,
     "scheduler_per_epoch": _scheduler_per_epoch,
     "minimize": _minimize,
+    "drop_output_relu": _drop_output_relu,
 }
 assert set(_INSTALL) == set(FIXES), "every fixspec.FIXES id needs its implementation here"
 

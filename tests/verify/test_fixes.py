@@ -173,3 +173,27 @@ def test_specs_parse_and_print():
                 "activation_swap:to=ELU", "adam_eps:value=0"):
         with pytest.raises(NeuraldbgError):
             fixspec.parse(bad)
+
+
+def test_drop_output_relu_replaces_a_models_last_relu_module_only():
+    """A Sequential ending in nn.ReLU gets nn.Identity there at its first training call (negative outputs come back);
+    a ReLU applied in forward() is no module and stays, and the trial says nothing was applied."""
+    seq = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3), nn.ReLU())
+    hooks, applied = _install("drop_output_relu")
+    with hooks:
+        seq(torch.randn(5, 4)).sum().backward()
+        assert isinstance(seq[3], nn.Identity) and isinstance(seq[1], nn.ReLU) and applied.count == 1
+        assert seq[3](torch.tensor([-1.0])).item() == -1.0  # outputs may be negative again
+
+    class Functional(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 3)
+
+        def forward(self, x):
+            return torch.relu(self.fc(x))
+
+    hooks, applied = _install("drop_output_relu")
+    with hooks:
+        Functional()(torch.randn(2, 4)).sum().backward()
+    assert applied.count == 0

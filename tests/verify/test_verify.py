@@ -278,3 +278,19 @@ def test_healthy_run_nothing_to_verify_then_bad_input_exit_2(tmp_path):
     meta_path.write_text(json.dumps(meta))
     os.rename(proj / "exploding.py", proj / "moved.py")
     assert "exploding.py is gone" in one_line_exit_2(run_dir)
+
+
+def test_a_relu_on_the_logits_is_named_with_no_lr_advice_and_dropping_it_is_verified(tmp_path):
+    """A Sequential of Linear/ReLU pairs that kept its last ReLU: cross-entropy pushes wrong-class logits below 0,
+    the ReLU clamps them and passes no gradient back, half the outputs die at once. The model's output is named,
+    the advice is to remove that ReLU (no lr: a lower one only delays it), and verify's trial without it is cured."""
+    run_dir = tmp_path / "run"
+    r = run_cli("run", "-q", "--run-dir", run_dir, ASSETS / "dead_output_relu.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    top = explain_json(run_dir)["hypotheses"][0]
+    assert top["kind"] == "dead_activation" and "They are the model's output" in top["summary"], top
+    assert top["suggestions"][0].startswith("remove the ReLU after the model's last layer"), top["suggestions"]
+    assert not [s for s in top["suggestions"] if s.startswith("lr=")]
+    assert [f["id"] for f in top["fixes"]] == ["drop_output_relu"]
+    dropped = _entry(_verify(run_dir), "dead_activation", "drop_output_relu")
+    assert dropped["status"] == "verified" and dropped["metric"]["trial"] < dropped["metric"]["control"], dropped

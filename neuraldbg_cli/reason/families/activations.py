@@ -189,6 +189,8 @@ def dead_activation(ctx: Context) -> Hypothesis | None:
     evs = ctx.select(types=[EventType.activation_regime_shift.value], to=["dead"])
     first = min(evs, key=lambda e: (e.step, ctx.order(e)), default=None)
     at = first.step if first is not None else None
+    if evs and all(ctx.output_side(e.root, e.module) for e in evs):
+        return _dead_output(ctx, evs)
     if first is not None and at == 0:  # dead before any update could act: the init or the data, not the learning
         # rate (verify refutes a smaller lr there: units already dead are not revived by a smaller step)
         tips = ["use LeakyReLU/GELU (a dead ReLU unit gets no gradient to recover with)", tips[1]]
@@ -199,6 +201,36 @@ def dead_activation(ctx: Context) -> Hypothesis | None:
     return _activation_rule(
         ctx, "dead", Kind.dead_activation, 0.62, tips, "Most ReLU units never activate on a whole batch (dead)", fixes
     )
+
+
+OUTPUT_RELU_TIP = (
+    "remove the ReLU after the model's last layer: return its raw output (logits can be negative; the loss applies "
+    "the softmax or sigmoid it needs), or use an activation that passes a gradient below 0 if the output must be "
+    "positive (softplus)"
+)
+
+
+def _dead_output(ctx: Context, evs: list[Event]) -> Hypothesis | None:
+    """Dead ReLU units at the model's output (a Sequential of repeated Linear/ReLU pairs whose last ReLU was kept):
+    every output the loss pushes below 0 is clamped to 0 and passes no gradient back, so it stays dead whatever the
+    learning rate; a lower one only delays it. The cure is the model's last activation, which verify can drop."""
+    tips = [OUTPUT_RELU_TIP]
+    hyp = _activation_rule(
+        ctx,
+        "dead",
+        Kind.dead_activation,
+        0.62,
+        tips,
+        "Most ReLU units never activate on a whole batch (dead)",
+        [fix("drop_output_relu", OUTPUT_RELU_TIP)],
+        evs,
+    )
+    if hyp is not None:
+        hyp.summary += (
+            " They are the model's output: a ReLU after its last layer clamps every output the loss pushes below 0 "
+            "to 0 and passes no gradient back, so those outputs stay dead whatever the learning rate."
+        )
+    return hyp
 
 
 def saturated_activation(ctx: Context) -> Hypothesis | None:
