@@ -44,6 +44,7 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
 }
 ENV_FIX = "NEURALDBG_FIX"  # a trial's fix, one-line form
 ENV_MAX_STEPS = "NEURALDBG_MAX_STEPS"  # a trial ends cleanly after this many optimizer steps
+PAIRED_SEED = 0  # without --seeds, every trial's global RNGs start from this: the control and the trials alike
 ENV_SEED = "NEURALDBG_SEED"  # a trial's seed: the global RNGs seeded with it, the script's own seeds offset by it
 ENV_GUARD = "NEURALDBG_WRITE_GUARD"  # a trial's folder: writes to other files are redirected into it
 ENV_OVERLAY = "NEURALDBG_OVERLAY"  # the folder a trial sees through a copy-on-write overlay (verify.overlay)

@@ -15,7 +15,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.optim import optimizer as _optimizer
 
 from neuraldbg_cli.probe.hookset import HookSet
-from neuraldbg_cli.reason.fixspec import FIXES
+from neuraldbg_cli.reason.fixspec import FIXES, PAIRED_SEED
 
 
 class Applied:
@@ -418,6 +418,20 @@ _INSTALL: dict[str, Callable[[dict[str, Any], HookSet], Applied]] = {
     "drop_output_relu": _drop_output_relu,
 }
 assert set(_INSTALL) == set(FIXES), "every fixspec.FIXES id needs its implementation here"
+
+
+def pair() -> None:
+    """Without --seeds: torch, random and numpy seeded with PAIRED_SEED at start, the script's own seed calls left
+    as they are. A script that seeds itself runs exactly as it did; one that does not draws the same initial
+    weights and batches in the control and in every trial, so a trial differs from its control by its fix alone
+    (unseeded, the two differed by their draws too, and one unlucky draw decided a verdict)."""
+    torch.manual_seed(PAIRED_SEED)
+    random.seed(PAIRED_SEED)
+    try:
+        import numpy as np
+    except ImportError:
+        return
+    np.random.seed(PAIRED_SEED)
 
 
 def seed(value: int, hooks: HookSet) -> None:

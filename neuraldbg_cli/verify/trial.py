@@ -17,6 +17,7 @@ from neuraldbg_cli.reason.fixspec import (
     ENV_OVERLAY,
     ENV_OVERLAY_FAILED,
     ENV_SEED,
+    PAIRED_SEED,
     TRIAL_FILE,
     parse,
 )
@@ -46,6 +47,8 @@ class Trial:
             self.guard.install(self.hooks)
         if self.seed is not None:
             fixes.seed(self.seed, self.hooks)
+        else:
+            fixes.pair()
         if self.fix_text:
             try:
                 fix_id, params = parse(self.fix_text)
@@ -57,6 +60,8 @@ class Trial:
         """Undo the hooks and patches, then record the trial (through the run writer, after the guard is gone)."""
         self.hooks.remove()
         doc: dict[str, Any] = {"seed": self.seed, "max_steps": self.max_steps}
+        if self.seed is None:
+            doc["paired_seed"] = PAIRED_SEED
         if self.fix_text:
             doc["fix"] = self.applied.report() if self.applied is not None else {"error": self.error}
         doc["isolation"] = "overlay" if self.overlay else "guard"

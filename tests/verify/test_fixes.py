@@ -197,3 +197,23 @@ def test_drop_output_relu_replaces_a_models_last_relu_module_only():
     with hooks:
         Functional()(torch.randn(2, 4)).sum().backward()
     assert applied.count == 0
+
+
+def test_without_seeds_a_trial_starts_its_rngs_paired_and_leaves_the_scripts_own_seeding_alone(tmp_path):
+    """No --seeds: every trial (the control too) seeds torch, random and numpy with the same value at start, so an
+    unseeded script draws the same weights and batches in each; a script's own manual_seed still means what it did."""
+    import random
+
+    from neuraldbg_cli.reason.fixspec import ENV_MAX_STEPS
+    from neuraldbg_cli.verify.trial import Trial
+
+    draws = []
+    for _ in range(2):
+        trial = Trial(tmp_path, {ENV_MAX_STEPS: "5"})
+        trial.install()
+        draws.append((torch.randn(3).tolist(), random.random()))
+        torch.manual_seed(7)  # the script seeding itself: not offset (that is --seeds)
+        seeded = torch.randn(2)
+        trial.close(lambda name, doc: draws.append(doc))
+        assert torch.equal(seeded, torch.randn(2, generator=torch.Generator().manual_seed(7)))
+    assert draws[0] == draws[2] and draws[1]["paired_seed"] == 0 and draws[1]["seed"] is None
