@@ -127,7 +127,7 @@ def name_setting(
     for k, h in enumerate(hyps):
         if _produced_by(setting, h, slack) or k == named:
             h.suggestions = [setting.fix] + [
-                s for s in h.suggestions if s != setting.fix and setting.contradicts not in s
+                s for s in h.suggestions if s != setting.fix and not any(c in s for c in setting.contradicts)
             ]
             ids = {f["id"] for f in setting.fixes}  # the setting's own fix replaces the rule's of the same id
             h.fixes = [copy.deepcopy(f) for f in setting.fixes] + [f for f in h.fixes if f["id"] not in ids]

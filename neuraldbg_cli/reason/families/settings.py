@@ -28,7 +28,7 @@ class SettingCause:
     fix: str
     tiers: tuple[tuple[Kind, ...], ...]  # the kinds it produces, in the order they are chosen to name it
     evidence: list[dict[str, Any]] = field(default_factory=list)
-    contradicts: str = "\0"  # suggestions containing this are dropped from what it produced (they point the other way)
+    contradicts: tuple[str, ...] = ()  # suggestions containing one of these are dropped from what it produced
     ends: int | None = None  # the first step its evidence was seen to have ended at (None: it lasted)
     fixes: list[dict[str, Any]] = field(default_factory=list)  # `fix` as data (fixspec), first in what it produced
 
@@ -95,7 +95,7 @@ def learning_rate_setting(ctx: Context) -> SettingCause | None:
         fix,
         tiers,
         _evidence(evs, 3),
-        contradicts="raise the learning rate",
+        contradicts=("raise the learning rate",),
         ends=_last_in_force(ctx, evs, "oversized"),
         fixes=lower_lr_fix(ctx, onset),
     )
@@ -194,7 +194,7 @@ def _decay_cause(
         tiers,
         evidence,
         fixes=[fix("weight_decay", text, value=0.01 if decoupled_decay(opt) else 1e-4)],
-        contradicts="raise the learning rate",
+        contradicts=("raise the learning rate",),
     )
 
 
@@ -256,7 +256,8 @@ def ascent_setting(ctx: Context) -> SettingCause | None:
             (Kind.non_finite, Kind.loss_plateau, Kind.dead_activation, Kind.saturated_activation),
         ),
         [],  # (the loss's own evidence is what it rests on)
-        contradicts="check the update sign",
+        # (a lower lr only slows the climb: no step size turns an ascent into a descent)
+        contradicts=("check the update sign", "lr="),
         fixes=[fix("minimize", text)],
     )
 
