@@ -104,11 +104,13 @@ def name_setting(
     named = None
     reached = {i for i, h in enumerate(hyps) if _produced_by(setting, h, slack)}
     for _ in range(2):  # the loss's symptom that what the setting produced went on to cause (a stall that
-        # follows the damage of oversized early steps) still states it: the loss is where training shows it
+        # follows the damage of oversized early steps) still states it: the loss is where training shows it; so
+        # does damage of the kinds it makes that its early blow-up left (units a transient spike killed)
         reached |= {
             i
             for i, h in enumerate(hyps)
-            if h.kind in _LOSS_LEVEL and any(causes(hyps[j], h) for j in reached if j != i)
+            if (h.kind in _LOSS_LEVEL or h.kind in setting.effects)
+            and any(causes(hyps[j], h) for j in reached if j != i)
         }
     for tier in setting.tiers:
         found = [i for i, h in enumerate(hyps) if h.kind in tier and h.confidence >= presence and i in reached]

@@ -257,18 +257,27 @@ def test_a_stall_that_follows_the_damage_of_oversized_early_steps_still_states_t
 
 
 
-@pytest.mark.parametrize("back_at,named", [(4, Kind.loss_plateau), (40, Kind.loss_divergence)])
-def test_a_blow_up_the_loss_falls_back_from_within_its_window_is_a_transient_the_stall_states_the_lr(back_at, named):
+@pytest.mark.parametrize("back_at,stall_ends,named", [(4, False, Kind.loss_plateau), (40, False, Kind.exploding_gradient),
+                                                       (4, True, Kind.dead_activation)])
+def test_a_blow_up_the_loss_falls_back_from_within_its_window_is_a_transient_the_stall_states_the_lr(
+        back_at, stall_ends, named):
     """Adam at 1000x its lr (jcjohnson's two-layer net): the loss spikes at step 1, is back within 3 steps, then
-    stalls for good (its ReLUs dead). The stall is what training shows: it states the lr. A blow-up that lasts
-    beyond the loss window (nanoGPT at lr 0.5 without warm-up: 20 steps) is itself the symptom and states it."""
+    stalls for good (its ReLUs dead). The stall is what training shows: it states the lr; where the stall comes
+    and goes (not counted), the dead units the spike left do, not the spike. A blow-up that lasts beyond the loss
+    window (nanoGPT at lr 0.5 without warm-up: 20 steps) is itself the symptom: it, or the explosion that drives it,
+    states it."""
     evs = [ev(UPD, 0, m, "updating", "oversized", "weights", update_ratio=0.98) for m in ("m0", "m2")]
+    evs += [ev(UPD, 6, m, "oversized", "updating", "weights", update_ratio=1e-3) for m in ("m0", "m2")]
     evs += [
         ev(LOSS, 1, None, "normal", "diverging", "loss", recent=1.4e4, start=736.0, best=736.0, rise_factor=18.0),
         ev(LOSS, back_at, None, "diverging", "normal", "loss", recent=2740.0, start=736.0, best=736.0),
         ev(LOSS, 60, None, "normal", "plateau", "loss", recent=685.0, start=736.0, best=677.0),
+        ev(GRAD, 1, "m2", "healthy", "exploding", "gradient", rms=8e3),
         ev("activation_regime_shift", 20, "m0", "normal", "dead", "activation", dead_frac=1.0, zero_frac=1.0),
     ]
+    if stall_ends:
+        evs.append(ev(LOSS, 80, None, "plateau", "normal", "loss", recent=690.0, start=736.0, best=677.0))
+        evs.append(summary(500, 736.0, 690.0))
     hyps = explain(evs, MODELS, optimizer("Adam", 0.1))
     assert hyps[0].kind == named and "learning rate is too large" in hyps[0].summary.lower(), hyps
     assert hyps[0].suggestions[0].startswith("lr=0.1 with Adam: try"), hyps[0].suggestions

@@ -80,13 +80,20 @@ def learning_rate_setting(ctx: Context) -> SettingCause | None:
         Kind.attention_collapse,
     )
     tiers: tuple[tuple[Kind, ...], ...]
-    if _swings_last(ctx):
+    swings = _swings(ctx)
+    if swings == "lasting":
         # the loss blows up or swings: that symptom, or the explosion that drives it, names the lr
         tiers = (
             (Kind.loss_divergence, Kind.unstable_loss, Kind.exploding_gradient),
             (Kind.non_finite, Kind.loss_plateau, *damage),
         )
-    else:  # the loss's own symptom (a NaN, a stall: also one a blow-up fell back onto) names it; the damage follows
+    elif swings == "transient":  # a blow-up it fell back from: the stall, else the units it left dead, name it
+        tiers = (
+            (Kind.non_finite, Kind.loss_plateau),
+            (Kind.dead_activation, Kind.saturated_activation, Kind.no_gradient, Kind.vanishing_gradient),
+            (Kind.loss_divergence, Kind.exploding_gradient, Kind.residual_imbalance, Kind.attention_collapse),
+        )
+    else:  # the loss's own symptom (a NaN, a stall) names it; the network's damage follows
         tiers = ((Kind.non_finite, Kind.loss_plateau), (Kind.loss_divergence, Kind.exploding_gradient, *damage))
     return SettingCause(
         "learning_rate",
@@ -101,10 +108,10 @@ def learning_rate_setting(ctx: Context) -> SettingCause | None:
     )
 
 
-def _swings_last(ctx: Context) -> bool:
-    """The loss blew up or swung, other than as a brief transient: a blow-up that falls back within the loss
-    window (a few steps) and is followed by a stall (dead units, a wrecked fit) is not what training shows; the
-    stall is. A blow-up that lasts, or swings on, is."""
+def _swings(ctx: Context) -> str:
+    """How the loss blew up or swung: "lasting", "transient" (a blow-up that fell back within the loss window, a
+    few steps, and was followed by a stall: dead units, a wrecked fit; the damage it left is what training shows,
+    not the spike), or "" (it did neither)."""
     moves = sorted(ctx.select(types=[EventType.optimizer_instability.value]), key=lambda e: e.step)
     swinging, since, spent = False, 0, 0
     for e in moves:
@@ -113,9 +120,9 @@ def _swings_last(ctx: Context) -> bool:
         elif e.to not in ("diverging", "oscillating") and swinging:
             swinging, spent = False, spent + e.step - since
     if not any(e.to in ("diverging", "oscillating") for e in moves):
-        return False
+        return ""
     stalled = any(e.to == "plateau" for e in moves)
-    return swinging or not stalled or spent >= ctx.loss_window
+    return "lasting" if swinging or not stalled or spent >= ctx.loss_window else "transient"
 
 
 def _last_in_force(ctx: Context, evs: list[Event], state: str) -> int | None:
