@@ -60,10 +60,11 @@ def test_parameters_bit_identical_with_and_without_neuraldbg(tmp_path):
         assert torch.equal(v, observed["state"][k]), k
 
 
-def test_live_events_and_verdict_on_stderr(tmp_path):
-    r = run_cli("run", "--run-dir", tmp_path / "r", ASSETS / "vanishing.py")
+def test_live_events_and_verdict_on_stderr(observe):
+    obs = observe("vanishing.py", quiet=False)  # (the session's shared loud run)
+    r = obs.proc
     assert "gradient_health_transition healthy -> vanishing" in r.stderr
-    assert "vanishing_gradient" in r.stderr and str(tmp_path / "r") in r.stderr
+    assert "vanishing_gradient" in r.stderr and str(obs.run_dir) in r.stderr
 
 
 def test_default_run_dir_and_latest(tmp_path):

@@ -82,14 +82,15 @@ def test_script_is_compiled_without_neuraldbgs_future_flags(tmp_path):
     assert observed.stdout == "True\n"
 
 
-def test_quiet_hides_live_lines_only(tmp_path):
-    """README: --quiet turns the live event lines off; the verdict and the trace path still print."""
-    quiet = run_cli("run", "--quiet", "--run-dir", tmp_path / "q", ASSETS / "vanishing.py")
-    loud = run_cli("run", "--run-dir", tmp_path / "l", ASSETS / "vanishing.py")
-    assert "neuraldbg: step " in loud.stderr and "neuraldbg: step " not in quiet.stderr
-    for r, d in ((quiet, "q"), (loud, "l")):
+def test_quiet_hides_live_lines_only(observe):
+    """README: --quiet turns the live event lines off; the verdict and the trace path still print. (The session's
+    shared runs of vanishing.py, quiet and loud.)"""
+    quiet, loud = observe("vanishing.py"), observe("vanishing.py", quiet=False)
+    assert "neuraldbg: step " in loud.proc.stderr and "neuraldbg: step " not in quiet.proc.stderr
+    for obs in (quiet, loud):
+        r = obs.proc
         assert "neuraldbg: problems found" in r.stderr and "vanishing_gradient" in r.stderr, r.stderr
-        assert f"neuraldbg: trace in {tmp_path / d}" in r.stderr
+        assert f"neuraldbg: trace in {obs.run_dir}" in r.stderr
 
 
 def test_quiet_healthy_run_prints_one_verdict_line_and_the_trace_path(tmp_path):
