@@ -340,6 +340,24 @@ def test_the_loss_symptom_leads_a_network_state_that_began_after_it_and_explains
     assert hyps[0].kind == first, hyps
     assert_links_have_evidence(hyps)
 
+
+@pytest.mark.parametrize("site,at,linked", [("m1", 50, True), ("m2", 50, False), ("m1", 0, False)])
+def test_a_layer_whose_weights_never_change_saturating_later_is_a_consequence_of_them(site, at, linked):
+    """A seq2seq decoder whose optimizer is never stepped: its weights stay bit-identical from step 1 while the
+    encoder trains, and at step 50 its own bounded units saturate. A layer that never changes saturates later only
+    because its inputs moved and it cannot follow them: a consequence. A saturated layer whose weights do change,
+    or one saturated from the first step (the init's scale), is not."""
+    evs = [ev(UPD, 1, m, "updating", "unchanged", "weights", weight_norm=3.0, first_weight_norm=3.0,
+              weight_ratio=1.0, update_ratio=0.0, grad_rms=1e-3, in_optimizer=1.0) for m in ("m0", "m1")]
+    evs.append(ev("activation_regime_shift", at, site, "normal", "saturated", "activation", sat_frac=0.9))
+    hyps = explain(evs, MODELS, optimizer("Adam", 1e-3))
+    k = by_kind(hyps)
+    assert (k[Kind.saturated_activation].caused_by == Kind.unchanged_weights) is linked, hyps
+    if linked:
+        assert "cannot follow inputs" in k[Kind.saturated_activation].because
+    assert hyps[0].kind == Kind.unchanged_weights
+    assert_links_have_evidence(hyps)
+
 # ---------------------------------------------------------------- through the real CLI
 
 LINKED = [

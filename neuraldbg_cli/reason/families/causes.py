@@ -92,6 +92,11 @@ def _overflows(h: Hypothesis) -> bool:
     )
 
 
+def _still_modules(h: Hypothesis) -> set[str]:
+    """The modules its evidence shows bit-identical although they receive gradients."""
+    return {e["module"] for e in h.evidence if e.get("to") == "unchanged" and isinstance(e.get("module"), str)}
+
+
 UNDERFLOW = 1e4  # a blow-up's gradients this many times the later ones: those steps vanish against the weights
 
 
@@ -139,6 +144,9 @@ CONDITIONS: dict[str, Pair] = {
     # (updates that grow: a NaN after step 0) or by overflowing float32 (a square of 1e19); a NaN made in the
     # first forward from finite, representable data is made by an operation (a one-pass variance, a log of 0)
     "makes_nan": lambda c, e: _non_finite_data(c) or (e.origin.step or 0) > 0 or _overflows(c),
+    # a layer whose weights never change saturates later only because its inputs moved (a partner that trains
+    # hands it values that grow): it cannot follow them, as it would if its optimizer stepped
+    "frozen_site": lambda c, e: bool(e.origin.step) and e.origin.module in _still_modules(c),
     "sign_error": lambda c, e: falls_without_bound(c),
     "sums": lambda c, e: any(ev.get("to") == "sum_reduction" for ev in c.evidence),
     "effect_sign_error": lambda c, e: falls_without_bound(e),
@@ -245,7 +253,10 @@ CAUSES: dict[Kind, Causes] = {  # listed upstream first: a consequence names the
     # network causes unchanged weights: they are reported only while they receive gradients (weights that get
     # none are the gradient kinds' story), so only a step never taken, an optimizer that does not hold them or
     # an lr of 0 leaves them bit-identical: a bug of the loop, a root
-    Kind.unchanged_weights: Causes((Kind.loss_plateau,), when=((Kind.no_gradient, "outside_optimizer"),)),
+    Kind.unchanged_weights: Causes(
+        (Kind.loss_plateau,),
+        when=((Kind.no_gradient, "outside_optimizer"), (Kind.saturated_activation, "frozen_site")),
+    ),
     Kind.no_gradient: Causes((Kind.loss_plateau,)),
     # a blow-up that wrecks the weights leaves saturated/dead units, faded gradients and a stalled loss
     Kind.loss_divergence: Causes(
@@ -325,6 +336,8 @@ _HOW: dict[tuple[Kind, Kind | None], str] = {
     "opponent's output saturates",
     (Kind.vanishing_gradient, None): "layers that get almost no gradient barely learn",
     (Kind.unchanged_weights, None): "weights that never change cannot lower the loss",
+    (Kind.unchanged_weights, Kind.saturated_activation): "a layer whose weights never change cannot follow inputs "
+    "that move as the rest of the run trains: its bounded units drift to their rails",
     (Kind.no_gradient, None): "parameters that get no gradient never learn",
     (Kind.loss_divergence, Kind.exploding_gradient): "a loss that rewards growth makes the outputs and their "
     "gradients grow with it",
