@@ -425,13 +425,18 @@ def pair() -> None:
     as they are. A script that seeds itself runs exactly as it did; one that does not draws the same initial
     weights and batches in the control and in every trial, so a trial differs from its control by its fix alone
     (unseeded, the two differed by their draws too, and one unlucky draw decided a verdict)."""
-    torch.manual_seed(PAIRED_SEED)
-    random.seed(PAIRED_SEED)
+    _seed_globals(PAIRED_SEED)
+
+
+def _seed_globals(value: int) -> None:
+    """torch's, random's and numpy's global generators seeded with `value` (numpy when installed)."""
+    torch.manual_seed(value)
+    random.seed(value)
     try:
         import numpy as np
     except ImportError:
         return
-    np.random.seed(PAIRED_SEED)
+    np.random.seed(value)
 
 
 def seed(value: int, hooks: HookSet) -> None:
@@ -448,8 +453,7 @@ def seed(value: int, hooks: HookSet) -> None:
 
         return seeded
 
-    torch.manual_seed(value)
-    random.seed(value)
+    _seed_globals(value)
     hooks.patch(torch, "manual_seed", shifted(torch.__dict__["manual_seed"], 1 << 63))
     hooks.patch(torch.random, "manual_seed", shifted(torch.random.__dict__["manual_seed"], 1 << 63))
     hooks.patch(random, "seed", shifted(random.__dict__["seed"], 1 << 63))
@@ -457,5 +461,4 @@ def seed(value: int, hooks: HookSet) -> None:
         import numpy as np
     except ImportError:
         return
-    np.random.seed(value)
     hooks.patch(np.random, "seed", shifted(np.random.__dict__["seed"], 1 << 32))
