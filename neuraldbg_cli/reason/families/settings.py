@@ -1,5 +1,6 @@
 """Wrong training settings, with no Kind of their own: a learning rate or weight decay the weights show to be
-far too large, an optimizer told to climb the loss. The reasoner names each in the hypotheses it produced (see reasoner.name_setting)."""
+far too large, an optimizer told to climb the loss. The reasoner names each in the hypotheses it produced (see
+reasoner.name_setting)."""
 
 from __future__ import annotations
 
@@ -113,14 +114,15 @@ def _swings(ctx: Context) -> str:
     few steps, and was followed by a stall: dead units, a wrecked fit; the damage it left is what training shows,
     not the spike), or "" (it did neither)."""
     moves = sorted(ctx.select(types=[EventType.optimizer_instability.value]), key=lambda e: e.step)
-    swinging, since, spent = False, 0, 0
-    for e in moves:
-        if e.to in ("diverging", "oscillating") and not swinging:
-            swinging, since = True, e.step
-        elif e.to not in ("diverging", "oscillating") and swinging:
-            swinging, spent = False, spent + e.step - since
-    if not any(e.to in ("diverging", "oscillating") for e in moves):
+    swung = ("diverging", "oscillating")
+    if not any(e.to in swung for e in moves):
         return ""
+    swinging, since, spent = False, 0, 0  # (spent: the steps the loss spent blowing up or swinging)
+    for e in moves:
+        if e.to in swung and not swinging:
+            swinging, since = True, e.step
+        elif e.to not in swung and swinging:
+            swinging, spent = False, spent + e.step - since
     stalled = any(e.to == "plateau" for e in moves)
     return "lasting" if swinging or not stalled or spent >= ctx.loss_window else "transient"
 
