@@ -229,6 +229,13 @@ class Thresholds(BaseModel):
         description="an improvement (start level - recent median) within this "
         "many standard errors of that difference is not one (chance: ~0.1%)",
     )
+    plateau_horizon: float = Field(
+        10.0,
+        description="a loss that still falls beyond its noise is learning only when, at its recent pace, it "
+        "would reach plateau_improvement below its start within this many times the losses seen so far: a "
+        "full-batch loss held at a level (weight decay against the data) creeps down by 1e-5 per step, far "
+        "beyond its near-zero noise, and would need thousands of times its length",
+    )
     plateau_max_noise: float = Field(
         0.12,
         description="a flat loss whose relative step-to-step noise is above "

@@ -388,27 +388,32 @@ def seed_verdict(
         return "partial", f"{kind} gone{on}, but {', '.join(remain)} remain (loss {moved})"
     improved = math.isfinite(a) and (not math.isfinite(b) or b - a > need)  # a finite loss beats a NaN
     if not improved:
+        catching = _catching_up(kind, ctl, tri, need) if math.isfinite(a) and math.isfinite(b) else ""
+        if catching:
+            return "inconclusive", f"{kind} gone{on}, the loss not yet beyond noise ({moved}), but {catching}"
         return "not_verified", f"{kind} gone{on}, but the loss did not improve beyond noise ({moved})"
     return "verified", ""
 
 
-def _catching_up(kind: str, ctl: Outcome, tri: Outcome) -> str:
-    """A trial whose loss is still above the control's at the end, but without the targeted symptom or a new
-    problem, below where it started and still falling faster than the control's: a slower start (a lower lr,
-    re-initialised layers), not a worse run (one that blew up and falls back from its peak is worse), when at the two falls' difference it passes the control's level within as many steps again.
-    Says how fast each falls (empty: it does not catch up)."""
+def _catching_up(kind: str, ctl: Outcome, tri: Outcome, need: float = 0.0) -> str:
+    """A trial whose loss is still above the control's at the end (or not yet `need` below it), but without
+    the targeted symptom or a new problem, below where it started and still falling faster than the
+    control's: a slower start (a lower lr, re-initialised layers), not a worse run (one that blew up and falls
+    back from its peak is worse), when at the two falls' difference it gets `need` below the control's level
+    within as many steps again. Says how fast each falls (empty: it does not catch up)."""
     if kind in tri.kinds or set(tri.kinds) - set(ctl.kinds):
         return ""
     if not (math.isfinite(tri.fall) and tri.fall > 0 and math.isfinite(ctl.fall)):
         return ""
     if not (math.isfinite(tri.first) and tri.late < tri.first):  # above where it started: a blow-up, not a slow start
         return ""
-    gain = tri.fall - max(ctl.fall, 0.0)
-    if gain <= 0 or (tri.late - ctl.late) / gain > max(tri.steps, 1):
+    gain, gap = tri.fall - max(ctl.fall, 0.0), tri.late - (ctl.late - need)
+    if gain <= 0 or gap / gain > max(tri.steps, 1):
         return ""
+    where = "passes the control" if not need else "gets beyond noise below the control"
     return (
         f"{kind} is gone and it still falls {tri.fall:.3g} per step where the control's falls {max(ctl.fall, 0):.3g}: "
-        f"at that pace it passes the control within {math.ceil((tri.late - ctl.late) / gain)} more steps; "
+        f"at that pace it {where} within {math.ceil(gap / gain)} more steps; "
         f"{RUN_LONGER} (--steps {2 * max(tri.steps, 1)})"
     )
 

@@ -27,8 +27,9 @@ def lower_lr(ctx: Context, at: int | None = None) -> list[str]:
         return [f"{opt} has a negative learning rate (lr={lr:g}): it climbs the loss; use a positive one"]
     if lr == 0:
         return []  # nothing moves: a learning rate of 0 cannot be what drives this
-    target = _lower_target(ctx, opt, lr)
-    return [f"lr={lr:g} with {opt}{_as_it_acted(ctx, lr, at)}: try {target:.3g}"]
+    targets = _lower_targets(ctx, opt, lr)
+    tried = f"try {targets[0]:.3g}" + (f", or {targets[1]:.3g} ({opt}'s usual value)" if len(targets) > 1 else "")
+    return [f"lr={lr:g} with {opt}{_as_it_acted(ctx, lr, at)}: {tried}"]
 
 
 def _as_it_acted(ctx: Context, lr: float, at: int | None) -> str:
@@ -44,9 +45,15 @@ def _as_it_acted(ctx: Context, lr: float, at: int | None) -> str:
     return f" ({'; '.join(said)})" if said else ""
 
 
-def _lower_target(ctx: Context, opt: str, lr: float) -> float:
+def _lower_targets(ctx: Context, opt: str, lr: float) -> list[float]:
+    """One order of magnitude down; from far above the usual range, the optimizer's usual value, after one
+    order down when that already lands inside the range. Why both: from 50x above it, the usual value cures
+    but learns slowly at first, a 10x cut often cures at once; which one holds is what verify tests."""
     usual, th = usual_lr(opt), ctx.thresholds
-    return usual if lr > usual * th.lr_usual_span else lr * th.lr_lower_factor
+    down = lr * th.lr_lower_factor
+    if lr <= usual * th.lr_usual_span:
+        return [down]
+    return [down, usual] if down <= usual * th.lr_usual_span else [usual]
 
 
 def lower_lr_fix(ctx: Context, at: int | None = None) -> list[dict[str, Any]]:
@@ -54,8 +61,8 @@ def lower_lr_fix(ctx: Context, at: int | None = None) -> list[dict[str, Any]]:
     peak = ctx.peak_lr(at)
     if peak is None or peak[1] <= 0:
         return []
-    target = _lower_target(ctx, *peak)
-    return [lr_scale(peak[1], float(f"{target:.3g}"), lower_lr(ctx, at)[0])]
+    text = lower_lr(ctx, at)[0]
+    return [lr_scale(peak[1], float(f"{target:.3g}"), text) for target in _lower_targets(ctx, *peak)]
 
 
 def plateau_lr_fix(ctx: Context, at: int | None = None) -> list[dict[str, Any]]:

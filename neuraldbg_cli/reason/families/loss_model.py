@@ -430,7 +430,15 @@ class LossSeries(OscillationTest):
         else:
             late = list(self.late)
             earlier, later = statistics.median(late[:h]), statistics.median(late[h:])
-        return earlier - later <= self.th.plateau_sigma * se
+        fall = earlier - later
+        if fall <= self.th.plateau_sigma * se:
+            return True
+        # falling beyond its noise, but too slowly to matter: at that pace (the halves' medians lie h steps
+        # apart) it would not fall to the improvement that counts within plateau_horizon times the losses
+        # seen so far. Why: a full-batch loss has almost no noise, so a creep of 1e-5 per step held at a
+        # level by weight decay is as significant as a real descent
+        gap = -self._factor(1 - self.th.plateau_improvement) - (self.reference() - later)
+        return fall / max(1, h) * self.th.plateau_horizon * self.n < gap
 
     def earliest_onset(self, step: int, diverged: bool) -> int:
         """The earliest step a later state of this series could be dated at (diverged: already confirmed,
