@@ -204,6 +204,11 @@ def test_oversized_updates_without_a_loss_rise_name_the_lr_in_the_dead_units():
     h = explain(evs, MODELS, optimizer("Adam", 0.5))[0]
     assert h.kind == Kind.dead_activation and "learning rate is too large" in h.summary.lower()
     assert h.suggestions[0] == "lr=0.5 with Adam: try 0.001"
+    assert [f["params"] for f in h.fixes if f["id"] == "lr_scale"] == [{"factor": 0.002}]
+    # 10-100x above the usual range: one order down lands inside it, tried before the usual value
+    near = explain(evs, MODELS, optimizer("Adam", 0.05))[0]
+    assert near.suggestions[0] == "lr=0.05 with Adam: try 0.005, or 0.001 (Adam's usual value)"
+    assert [f["params"] for f in near.fixes if f["id"] == "lr_scale"] == [{"factor": 0.1}, {"factor": 0.02}]
     manual = explain(evs, MODELS)[0]  # no optimizer: the words, no number
     assert manual.suggestions[0].startswith("lower the learning rate")
 

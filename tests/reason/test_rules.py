@@ -84,6 +84,23 @@ def test_gradient_that_comes_back_is_not_cut_off():
     assert hyps[0].kind == Kind.unstable_loss
 
 
+def test_a_layer_cut_off_for_good_is_judged_apart_from_one_that_comes_back():
+    """jcjohnson's dynamic net with its first layer's output detached: input_linear never gets a gradient;
+    middle_linear, reused a random number of times per forward (none on some steps), loses it now and then.
+    The layer cut off for good carries the hypothesis at its own confidence, not halved by the other."""
+    grad = "gradient_health_transition"
+    rule = next(r for r in RULES if r.__name__ == "no_gradient")
+    cut = [ev(grad, 0, "input_linear", "healthy", "absent", "gradient")]
+    skipped = [ev(grad, 7, "middle_linear", "healthy", "absent", "gradient"),
+               ev(grad, 10, "middle_linear", "absent", "healthy", "gradient", rms=0.7)]
+    alone = rule(Context(events=cut))
+    both = rule(Context(events=cut + skipped))
+    assert both.confidence == alone.confidence >= 0.7 and both.origin.module == "input_linear"
+    assert both.summary == ("input_linear never receives a gradient (.grad stays None or zero) from step 0. "
+                            "middle_linear loses its now and then and gets it back.")
+    assert rule(Context(events=skipped[:1] + skipped[1:])).confidence < 0.5  # only the skipped layer: a note
+
+
 def test_oscillation_dated_a_window_late_still_causes_saturation():
     """The oscillation test needs two windows of losses, so its onset can be placed no earlier than one
     window in: saturation right after the first wild Adam step (step 1) is its consequence even when the

@@ -46,7 +46,7 @@ def test_checkpoint_saver_verifies_end_to_end_user_folder_byte_identical(tmp_pat
     scratch = tmp_path / "tmp"  # verify's temporary directory: the overlay's scratch folders go there
     scratch.mkdir()
     env = {"NEURALDBG_ISOLATION": isolation, "TMPDIR": str(scratch)}
-    r = run_cli("verify", run_dir, "--fix", "lr_scale", "--timeout", "120", timeout=300, **env)
+    r = run_cli("verify", run_dir, "--fix", "lr_scale:factor=0.025", "--timeout", "120", timeout=300, **env)
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads((run_dir / "verify.json").read_text())
     control = doc["control"]["runs"][0]
@@ -69,7 +69,7 @@ def test_a_control_that_crashes_where_the_run_did_not_is_reported_as_a_bug_of_ve
         shutil.copy(ASSETS / name, proj / name)
     run_dir = tmp_path / "run"
     assert run_cli("run", "-q", "--run-dir", run_dir, "saver_timm.py", cwd=proj).returncode == 0
-    r = run_cli("verify", run_dir, "--fix", "lr_scale", SAVER_FULL="1", timeout=300)
+    r = run_cli("verify", run_dir, "--fix", "lr_scale:factor=0.025", SAVER_FULL="1", timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads((run_dir / "verify.json").read_text())
     why = "OSError: [Errno 28] No space left on device: 'output/train'"

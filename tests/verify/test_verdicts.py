@@ -139,6 +139,25 @@ def test_a_slower_start_that_is_still_catching_up_is_inconclusive_not_worse():
     assert verdict(lr, [ctl], [blown])["status"] == "worse"
 
 
+def test_a_cure_not_yet_beyond_noise_but_falling_faster_is_run_longer():
+    """A 10x lower lr against dead ReLUs at 24 steps: the dead units are gone and the loss is below the control's,
+    but not by the margin (1.567 vs 1.625, margin 0.081); it falls 0.03 per step where the control's falls 0.01, so
+    it gets beyond the margin within a few steps: inconclusive with 'run longer', not 'not verified'. One that
+    falls no faster than the control is not verified."""
+    lr = Candidate("dead_activation", "lr_scale", {"factor": 0.1}, "lower the lr")
+    ctl = out("control", None, 1.625, ["dead_activation"])
+    ctl.fall = 0.010
+    near = out("lr", None, 1.567)
+    near.fall, near.steps, near.first = 0.030, 24, 2.3
+    v = verdict(lr, [ctl], [near])
+    assert v["status"] == "inconclusive" and "the loss not yet beyond noise (1.625 → 1.567)" in v["reason"], v
+    assert "gets beyond noise below the control within 2 more steps" in v["reason"] and "--steps 48" in v["reason"]
+    flat = out("lr", None, 1.567)
+    flat.fall, flat.steps, flat.first = 0.005, 24, 2.3
+    v = verdict(lr, [ctl], [flat])
+    assert v["status"] == "not_verified" and "did not improve beyond noise" in v["reason"], v
+
+
 def test_a_slow_start_is_run_again_longer_and_judged_there(monkeypatch, tmp_path):
     """verify does not stop at 'run longer': a fix still catching up at the end of its trial is run again with a
     control, twice as long, and judged there (verify.json's "extended" says so); with --steps it is not."""

@@ -192,29 +192,45 @@ def no_gradient(ctx: Context) -> Hypothesis | None:
     if not evs:
         return None
     first = _first_by_module(evs)
-    origin = _origin_of(ctx, list(first.values()), output_side=True)
-    names = _names(evs)
     tips = [
         "look for .detach(), .data, .item() or torch.no_grad() on the path from these parameters to the loss",
         "check that the module's output is actually used in the loss (not overwritten or multiplied by 0)",
     ]
-    listed = f"{', '.join(names[:4])}{'…' if len(names) > 4 else ''}"
     # a gradient that comes back was not cut off (detach, no_grad): whole layers whose activations saturate
-    # or die under a wild optimizer lose it now and then; that is a symptom, ranked below its cause
+    # or die under a wild optimizer lose it now and then, and a dynamic net skips a layer on some steps; that
+    # is a symptom, ranked below its cause. A layer cut off for good beside them is judged on its own
     back = {
         (e.root, e.module)
         for e in ctx.select(types=[EventType.gradient_health_transition.value])
         if e.from_ == "absent"
     } & set(first)
-    if back:
+    never = [e for e in evs if (e.root, e.module) not in back]
+    origin = _origin_of(ctx, [first[k] for k in first if k not in back] or list(first.values()), output_side=True)
+    names = _names(evs)
+    cut, now_and_then = _names(never), _names([e for e in evs if (e.root, e.module) in back])
+    if cut:
+        one = len(cut) == 1
         summary = (
-            f"{listed} lose their gradient (.grad exactly zero or None) from step {origin.step}, "
+            f"{_listed(cut)} never receive{'s' if one else ''} a gradient (.grad stays None or zero) from step "
+            f"{origin.step}."
+        )
+        if now_and_then:
+            loses = "loses its" if len(now_and_then) == 1 else "lose theirs"
+            summary += (
+                f" {_listed(now_and_then)} {loses} now and then and get{'s' if len(now_and_then) == 1 else ''} it back."
+            )
+        conf = _spread_confidence(0.66, len(cut), _still(ctx, never, "absent"))
+    else:
+        summary = (
+            f"{_listed(names)} lose their gradient (.grad exactly zero or None) from step {origin.step}, "
             f"and get it back now and then."
         )
-    else:
-        summary = f"{listed} never receive a gradient (.grad stays None or zero) from step {origin.step}."
-    conf = _spread_confidence(0.66, len(first), _still(ctx, evs, "absent")) * (1 - 0.5 * len(back) / len(first))
+        conf = _spread_confidence(0.66, len(first), _still(ctx, evs, "absent")) * 0.5
     return _hyp(Kind.no_gradient, conf, origin, origin.step, summary, evs, tips, names)
+
+
+def _listed(names: list[str]) -> str:
+    return f"{', '.join(names[:4])}{'…' if len(names) > 4 else ''}"
 
 
 FAMILY = Family("gradients", GradientObserver, (vanishing_gradient, exploding_gradient, no_gradient))
