@@ -31,8 +31,60 @@ def sigint_default():
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 180, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "neuraldbg_cli", *map(str, args)], capture_output=True, text=True,
+    """`python -m neuraldbg_cli ARGS`; `run` through the warm interpreter (tests/zygote.py: the same CLI in a
+    forked child, without paying the start-up again) unless `env` sets what only a new interpreter reads, or
+    NEURALDBG_TEST_FORK=0."""
+    argv = [str(a) for a in args]
+    at_start = any(k.startswith(("PYTHON", "OMP_", "MKL_", "LD_")) for k in env)
+    if argv and argv[0] == "run" and not at_start and os.environ.get("NEURALDBG_TEST_FORK") != "0":
+        return _Zygote.get().run(argv, Path(cwd or os.getcwd()), timeout, env)
+    return subprocess.run([sys.executable, "-m", "neuraldbg_cli", *argv], capture_output=True, text=True,
                           cwd=cwd, env=cli_env(**env), timeout=timeout)
+
+
+class _Zygote:
+    """One warm interpreter per test process (tests/zygote.py), started on first use."""
+
+    _it: "_Zygote | None" = None
+
+    def __init__(self) -> None:
+        import tempfile
+
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("zygote.py"))], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=cli_env(), bufsize=1)
+        self.tmp = Path(tempfile.mkdtemp(prefix="ndbg-zygote-"))
+
+    @classmethod
+    def get(cls) -> "_Zygote":
+        if cls._it is None or cls._it.proc.poll() is not None:
+            cls._it = cls()
+        return cls._it
+
+    def run(self, argv: list[str], cwd: Path, timeout: float, env: dict[str, str]) -> subprocess.CompletedProcess:
+        import select
+        import signal
+        import time
+
+        out, err = self.tmp / "stdout", self.tmp / "stderr"
+        assert self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write(json.dumps([argv, str(cwd), cli_env(**env), str(out), str(err)]) + "\n")
+        self.proc.stdin.flush()
+        pid, rc, deadline = None, None, time.monotonic() + timeout
+        while rc is None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.proc.stdout], [], [], left)[0]:
+                if pid is not None:
+                    os.kill(pid, signal.SIGKILL)
+                self.proc.kill()
+                type(self)._it = None
+                raise subprocess.TimeoutExpired(["neuraldbg", *argv], timeout)
+            word, _, value = self.proc.stdout.readline().partition(" ")
+            if not word:
+                type(self)._it = None
+                raise RuntimeError("the test zygote died")
+            pid, rc = (int(value), rc) if word == "pid" else (pid, int(value))
+        return subprocess.CompletedProcess([sys.executable, "-m", "neuraldbg_cli", *argv], rc, out.read_text(),
+                                           err.read_text())
 
 
 def run_python(*args: str, cwd: Path | None = None, timeout: float = 180) -> subprocess.CompletedProcess:

@@ -361,12 +361,8 @@ def test_a_class_loss_that_fell_from_a_blow_up_to_chance_is_a_plateau():
     assert "plateau" not in [t for _, t, _ in loss_events(run(losses))]
 
 
-def test_a_binary_cross_entropy_held_just_below_ln2_did_not_learn():
-    # public logistic regression under weight_decay=1 (full batch): from a bad init at 1.03 to 0.62 and held
-    # there; 0.5 for every target scores ln 2 = 0.693, so it learned 10% beyond guessing, not 40%
-    held = [0.62 + 0.41 * math.exp(-i / 60) for i in range(600)]
-    evs = loss_events(_class_loss_run(held, 2, "binary_cross_entropy"))
-    assert evs and evs[-1][1] == "plateau", evs
-    assert "plateau" not in [t for _, t, _ in loss_events(run(held))]  # from its start alone: a 40% fall
-    fit = [0.1 + 0.93 * math.exp(-i / 60) for i in range(600)]  # the same loss fitting the data
-    assert "plateau" not in [t for _, t, _ in loss_events(_class_loss_run(fit, 2, "binary_cross_entropy"))]
+def test_a_binary_cross_entropy_has_no_chance_level_to_hold_it_to():
+    # a healthy click-through model (real suite's DLRM): BCE from 1.27 at initialisation to 0.61, 12% below ln 2,
+    # which is what the best model of such data reaches: measured from its start, it learned
+    healthy = [0.61 + 0.66 * math.exp(-i / 15) + 0.02 * math.sin(i) for i in range(256)]
+    assert "plateau" not in [t for _, t, _ in loss_events(_class_loss_run(healthy, 2, "binary_cross_entropy"))]
