@@ -48,11 +48,14 @@ class _Zygote:
     _it: "_Zygote | None" = None
 
     def __init__(self) -> None:
+        import atexit
+        import shutil
         import tempfile
 
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("zygote.py"))], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=cli_env(), bufsize=1)
         self.tmp = Path(tempfile.mkdtemp(prefix="ndbg-zygote-"))
+        atexit.register(shutil.rmtree, self.tmp, True)
 
     @classmethod
     def get(cls) -> "_Zygote":
