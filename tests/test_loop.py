@@ -663,6 +663,26 @@ def test_verify_zero_grad_cures_it(tmp_path):
     assert trial["fix"]["applied"] > 0, trial
 
 
+def test_verify_judges_a_gans_two_objectives_each_against_its_own_control(tmp_path):
+    """A GAN whose discriminator is never zeroed, verified end to end: the trial and the control report each
+    model's loss (the generator's and the discriminator's, a game's payoffs), the fix is judged on each against its
+    own control level, and a level that moved within the margin is no evidence of a cure: the summed number alone
+    would not say which side moved."""
+    run_dir = tmp_path / "run"
+    r = run_cli("run", "-q", "--run-dir", run_dir, ASSETS / "loop_gan.py", "--zero-d", "no", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    v = run_cli("verify", run_dir, "--fix", "zero_grad", timeout=400)
+    assert v.returncode == 0, v.stdout + v.stderr
+    (entry,) = json.loads((run_dir / "verify.json").read_text())["fixes"]
+    objectives = entry["metric"]["objectives"]
+    assert sorted(objectives) == ["Sequential", "Sequential#1"], entry  # D's loss (errD, ~1.2) and G's (~0.6)
+    assert all(set(o) == {"control", "trial"} for o in objectives.values()), objectives
+    assert "loop_misuse gone" in entry["reason"] and "each objective: Sequential " in entry["reason"], entry
+    assert entry["status"] != "verified" and "no objective improved beyond noise" in entry["reason"], entry
+    text = run_cli("explain", run_dir).stdout
+    assert "fix zero_grad: not verified ✗ (loop_misuse gone, but no objective improved beyond noise" in text, text
+
+
 def test_verify_scheduler_per_epoch_cures_the_collapsed_lr(tmp_path):
     """`verify` steps a scheduler that the script steps per batch once per epoch instead (its calls within a
     pass over the DataLoader held back, one step as the next pass begins): the control collapses again, the
