@@ -4,7 +4,7 @@ same target drift from the data itself (no model run without gradients) is still
 the CLI."""
 import textwrap
 
-from tests.conftest import explain_json, run_cli
+from conftest import explain_json, run_cli
 
 HEAD = """
 import copy

@@ -10,7 +10,7 @@ import torch
 
 from neuraldbg_cli.probe import tensorstats as ts
 from neuraldbg_cli.probe.records import StepBuffer
-from tests.conftest import explain_json, run_cli
+from conftest import explain_json, run_cli
 
 ASSET = Path(__file__).parent.parent / "assets" / "huge_but_finite.py"
 

@@ -10,7 +10,7 @@ import torch.nn as nn
 
 from neuraldbg_cli.probe.records import MAX_CHECKS
 from neuraldbg_cli.probe.stepclock import ACCUMULATION_LIMIT, CLOSE, READ, StepClock, series_name
-from tests.conftest import explain_json, run_cli
+from conftest import explain_json, run_cli
 from tests.probe.test_probes import Recorder
 
 HEAD = """

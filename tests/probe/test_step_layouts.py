@@ -4,7 +4,7 @@ separate phases count every update; several optimizers stepped in one iteration 
 import json
 import textwrap
 
-from tests.conftest import explain_json, run_cli
+from conftest import explain_json, run_cli
 
 HEAD = """
 import sys

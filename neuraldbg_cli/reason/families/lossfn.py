@@ -67,6 +67,7 @@ SQUASHING = frozenset({"Sigmoid", "Softmax", "Hardsigmoid", "Clamp", "ClampMin",
 LOG_OUTPUTS = frozenset({"LogSoftmax", "LogSigmoid"})
 MIN_VALUES = 16  # values a [0, 1] range is judged on: one or two logits may well lie in [0, 1] by chance
 MISUSE = tuple(s.value for s in S if s is not S.normal)
+UNSEEN_STEP = 0.45  # a summed loss under a manual update (no optimizer): a note below presence (see loss_misuse)
 # how sure each state is that the loss is called wrongly (sum_reduction: see loss_misuse)
 CONFIDENCE = {
     S.broadcast.value: 0.9,
@@ -331,6 +332,11 @@ def loss_misuse(ctx: Context) -> Hypothesis | None:
     held = sum(last.get(e.metrics.get("loss_id")) == e.to for e in evs) / len(evs)
     conf = CONFIDENCE[first.to] * (0.8 + 0.2 * held)  # a misuse that went away was still there
     summary, tips = _explain(first)
+    if not opts and all(e.to == S.sum_reduction.value for e in evs):
+        # a manual update's step size is the script's own: the sum makes the gradients N times larger, and
+        # nothing says the step it takes with them is too large (jcjohnson's loop sums at lr 1e-6 and trains)
+        conf = min(conf, UNSEEN_STEP)
+        summary += " No torch.optim optimizer was seen, so the step size this scales is unknown: a note, not a cause."
     others = {e.to for e in evs} - {first.to}
     for other in sorted(others):
         extra = min((e for e in evs if e.to == other), key=lambda e: e.step)
