@@ -127,7 +127,7 @@ def test_a_summed_reduction_is_a_cause_only_of_an_unstable_loss():
     assert h is not None and "reduction='mean'" in h.suggestions[0] and "1024" in h.suggestions[0]
     assert h.confidence == pytest.approx(0.6)
     # under Adam the sum cancels out of every step; under a manual update (no optimizer: jcjohnson's loop sums at
-    # lr 1e-6 and trains) the step it scales is unknown: a note with its advice, not the cause of the climb
+    # lr 1e-4 and trains) the step it scales is unknown: a note with its advice, not the cause of the climb
     assert run([{"mse_loss": s}] * 4, [diverging], [{"type": "Adam", "groups": [{"lr": 1e-3}]}])[1] is None
     _, manual = run([{"mse_loss": s}] * 4, [diverging], [])
     assert manual.confidence < 0.5 and "step size this scales is unknown" in manual.summary

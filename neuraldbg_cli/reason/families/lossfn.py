@@ -334,7 +334,7 @@ def loss_misuse(ctx: Context) -> Hypothesis | None:
     summary, tips = _explain(first)
     if not opts and all(e.to == S.sum_reduction.value for e in evs):
         # a manual update's step size is the script's own: the sum makes the gradients N times larger, and
-        # nothing says the step it takes with them is too large (jcjohnson's loop sums at lr 1e-6 and trains)
+        # nothing says the step it takes with them is too large (jcjohnson's loop sums at lr 1e-4 and trains)
         conf = min(conf, UNSEEN_STEP)
         summary += " No torch.optim optimizer was seen, so the step size this scales is unknown: a note, not a cause."
     others = {e.to for e in evs} - {first.to}
