@@ -4,6 +4,7 @@ reasoner.name_setting)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import chain
@@ -50,11 +51,29 @@ def _ratio(e: Event) -> float | None:
     return float(value) if value is not None else None
 
 
+def _rmsprop_start(ctx: Context, e: Event) -> bool:
+    """An oversized update that RMSprop's start explains: torch's RMSprop has no bias correction, so its square
+    average starts at (1 - alpha) g^2 and its first steps are 1/sqrt(1 - alpha^k) times the steady ones (10x at the
+    first step, 3x by the tenth at alpha 0.99), whatever the lr. Judged at the steady size: the update ratio times
+    sqrt(1 - alpha^k), k the optimizer's steps so far (from step 0 on: fewer make the correction smaller)."""
+    opts = [o for o in ctx.optimizers if e.root in (o.get("roots") or [e.root])]
+    if not opts or not all(str(o.get("type")) == "RMSprop" for o in opts):
+        return False
+    alphas = [g.get("alpha") for o in opts for g in (o.get("groups") or [])]
+    alpha = max((float(a) for a in alphas if _number(a)), default=0.99)
+    ratio = _ratio(e)
+    if ratio is None or not 0 < alpha < 1:
+        return False
+    return ratio * math.sqrt(1 - alpha ** (e.step + 1)) <= ctx.thresholds.update_oversized
+
+
 def learning_rate_setting(ctx: Context) -> SettingCause | None:
     """Updates far larger than the weights they change (update-to-weight ratio, healthy ~1e-3): the lr. The
     loss-level symptom it produced (divergence, oscillation, explosion) names it first; else the units it
-    killed or saturated, or the NaN or plateau that followed."""
+    killed or saturated, or the NaN or plateau that followed. RMSprop's first steps are large by construction
+    (_rmsprop_start): they name no lr."""
     evs = ctx.select(types=[EventType.parameter_update.value], to=["oversized"])
+    evs = [e for e in evs if not _rmsprop_start(ctx, e)]
     if not evs:
         return None
     onset = min(e.step for e in evs)
