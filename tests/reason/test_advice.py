@@ -211,6 +211,10 @@ def test_oversized_updates_without_a_loss_rise_name_the_lr_in_the_dead_units():
     assert [f["params"] for f in near.fixes if f["id"] == "lr_scale"] == [{"factor": 0.1}, {"factor": 0.02}]
     manual = explain(evs, MODELS)[0]  # no optimizer: the words, no number
     assert manual.suggestions[0].startswith("lower the learning rate")
+    # and the update's sign, which nothing measures without an optimizer (an ascent climbs the same way)
+    assert "check that it subtracts the gradient: p -= lr * p.grad" in manual.suggestions[0]
+    blow = explain([ev(GRAD, 3, "m0", "healthy", "exploding", "gradient", rms=1e4)], MODELS)[0]
+    assert blow.kind == Kind.exploding_gradient and any(t.endswith("before the manual update") for t in blow.suggestions)
 
 
 def test_units_dead_before_any_update_are_not_blamed_on_the_lr():

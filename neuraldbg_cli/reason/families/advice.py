@@ -14,13 +14,14 @@ from neuraldbg_cli.vocab import HE_INIT_TYPES, INIT_TYPES, usual_lr
 def lower_lr(ctx: Context, at: int | None = None) -> list[str]:
     """Advice for a run the learning rate may drive too hard (divergence, explosion, oscillation, NaN, dead
     units): a value always below the current one (the optimizer's usual value when far above it, else one
-    order of magnitude down), or the words "lower the learning rate" when no optimizer was seen. `at`: the
+    order of magnitude down), or the words "lower the learning rate" when no optimizer was seen (with the
+    update's sign, which nothing measures there: an ascent climbs the same way). `at`: the
     symptom's onset, so that the lr quoted is the one in force while it developed (see Context.peak_lr)."""
     peak = ctx.peak_lr(at)
     if peak is None:
         return [
             "lower the learning rate (no torch.optim optimizer was seen: make the manual update's step "
-            "size smaller, e.g. divide it by 10)"
+            "size smaller, e.g. divide it by 10, and check that it subtracts the gradient: p -= lr * p.grad)"
         ]
     opt, lr = peak
     if lr < 0:

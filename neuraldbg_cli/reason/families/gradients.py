@@ -153,6 +153,8 @@ def exploding_gradient(ctx: Context) -> Hypothesis | None:
     blow = _blowups(ctx)
     at = min((e.step for e in evs or blow), default=None)
     clip, init = CLIP_TIP, "check the initialisation scale (default or Xavier/He, not larger)"
+    if not ctx.optimizers:  # a manual update: clip before it, not before an optimizer.step() there is none of
+        clip = clip.replace("before optimizer.step()", "before the manual update")
     fixes = lower_lr_fix(ctx, at) + [fix("clip_grad_norm", clip, max_norm=1.0)]
     reinit = []
     if evs or blow:  # from step 0, before any update: the init's scale (reinit), not the training
