@@ -55,7 +55,8 @@ def _rmsprop_start(ctx: Context, e: Event) -> bool:
     """An oversized update that RMSprop's start explains: torch's RMSprop has no bias correction, so its square
     average starts at (1 - alpha) g^2 and its first steps are 1/sqrt(1 - alpha^k) times the steady ones (10x at the
     first step, 3x by the tenth at alpha 0.99), whatever the lr. Judged at the steady size: the update ratio times
-    sqrt(1 - alpha^k), k the optimizer's steps so far (from step 0 on: fewer make the correction smaller)."""
+    sqrt(1 - alpha^k), k counted from step 0 (an optimizer created later has taken fewer steps, which would excuse
+    more: this errs toward naming the lr)."""
     opts = [o for o in ctx.optimizers if e.root in (o.get("roots") or [e.root])]
     if not opts or not all(str(o.get("type")) == "RMSprop" for o in opts):
         return False
