@@ -53,7 +53,8 @@ class _Zygote:
         import tempfile
 
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("zygote.py"))], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env=cli_env(), bufsize=1)
+                                     stdout=subprocess.PIPE, env=cli_env(), bufsize=0)
+        self.pending = b""  # what was read of the answers past the last whole line
         self.tmp = Path(tempfile.mkdtemp(prefix="ndbg-zygote-"))
         atexit.register(shutil.rmtree, self.tmp, True)
 
@@ -64,30 +65,46 @@ class _Zygote:
         return cls._it
 
     def run(self, argv: list[str], cwd: Path, timeout: float, env: dict[str, str]) -> subprocess.CompletedProcess:
-        import select
         import signal
         import time
 
         out, err = self.tmp / "stdout", self.tmp / "stderr"
-        assert self.proc.stdin and self.proc.stdout
-        self.proc.stdin.write(json.dumps([argv, str(cwd), cli_env(**env), str(out), str(err)]) + "\n")
+        assert self.proc.stdin
+        self.proc.stdin.write(json.dumps([argv, str(cwd), cli_env(**env), str(out), str(err)]).encode() + b"\n")
         self.proc.stdin.flush()
         pid, rc, deadline = None, None, time.monotonic() + timeout
         while rc is None:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.proc.stdout], [], [], left)[0]:
+            line = self._line(deadline)
+            if line is None:  # past the deadline: the child and this interpreter go
                 if pid is not None:
                     os.kill(pid, signal.SIGKILL)
                 self.proc.kill()
                 type(self)._it = None
                 raise subprocess.TimeoutExpired(["neuraldbg", *argv], timeout)
-            word, _, value = self.proc.stdout.readline().partition(" ")
-            if not word:
-                type(self)._it = None
-                raise RuntimeError("the test zygote died")
+            word, _, value = line.partition(" ")
             pid, rc = (int(value), rc) if word == "pid" else (pid, int(value))
         return subprocess.CompletedProcess([sys.executable, "-m", "neuraldbg_cli", *argv], rc, out.read_text(),
                                            err.read_text())
+
+    def _line(self, deadline: float) -> str | None:
+        """The next answer line, or None at the deadline. Read from the pipe itself (a buffered reader may hold
+        the second of two lines that came together, which select would never report)."""
+        import select
+        import time
+
+        assert self.proc.stdout
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.pending:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                type(self)._it = None
+                raise RuntimeError("the test zygote died")
+            self.pending += chunk
+        line, _, self.pending = self.pending.partition(b"\n")
+        return line.decode()
 
 
 def run_python(*args: str, cwd: Path | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
