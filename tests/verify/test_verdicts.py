@@ -13,8 +13,11 @@ from neuraldbg_cli.verify.trialrun import Command, Outcome
 CMD = Command(argv=["train.py"], mode="script", cwd=".", env={}, python="python", every=None, thresholds={})
 
 
-def out(name, seed, late, kinds=(), causes=None, state="ok"):
-    o = Outcome(name, seed, Path("/nonexistent"), state=state, steps=60, loss=late, late=late)
+def out(name, seed, late, kinds=(), causes=None, state="ok", steps=60, **pace):
+    """An outcome; `pace`: its `fall` per step and `first` loss level, for the catching-up rule."""
+    o = Outcome(name, seed, Path("/nonexistent"), state=state, steps=steps, loss=late, late=late)
+    for k, v in pace.items():
+        setattr(o, k, v)
     o.kinds = {k: 0.8 for k in kinds}
     o.causes = dict(causes or {})
     o.fix = {"applied": True}
@@ -121,21 +124,14 @@ def test_a_slower_start_that_is_still_catching_up_is_inconclusive_not_worse():
     7 steps, so it is not called worse; the reason says to run longer. One that stalls above the control, or
     keeps the symptom, is worse."""
     lr = Candidate("dead_activation", "lr_scale", {"factor": 0.02}, "lower the lr")
-    ctl = out("control", None, 1.625, ["dead_activation"])
-    ctl.fall = 0.010
-    slow = out("lr", None, 1.735)
-    slow.fall, slow.steps, slow.first = 0.027, 24, 2.3
-    v = verdict(lr, [ctl], [slow])
+    ctl = out("control", None, 1.625, ["dead_activation"], fall=0.010)
+    v = verdict(lr, [ctl], [out("lr", None, 1.735, steps=24, fall=0.027, first=2.3)])
     assert v["status"] == "inconclusive" and "still falls 0.027 per step" in v["reason"], v
     assert "passes the control within 7 more steps" in v["reason"] and "--steps 48" in v["reason"], v
-    stalled = out("lr", None, 1.735)
-    stalled.fall = 0.0
-    assert verdict(lr, [ctl], [stalled])["status"] == "worse"
-    kept = out("lr", None, 1.735, ["dead_activation"])
-    kept.fall, kept.first = 0.027, 2.3
+    assert verdict(lr, [ctl], [out("lr", None, 1.735, fall=0.0)])["status"] == "worse"  # stalled
+    kept = out("lr", None, 1.735, ["dead_activation"], fall=0.027, first=2.3)
     assert verdict(lr, [ctl], [kept])["status"] == "worse"
-    blown = out("lr", None, 426.0)  # blew up, falling back from its peak: far above where it started
-    blown.fall, blown.first = 7.8, 1.9
+    blown = out("lr", None, 426.0, fall=7.8, first=1.9)  # blew up, falling back from its peak: far above its start
     assert verdict(lr, [ctl], [blown])["status"] == "worse"
 
 
@@ -145,16 +141,11 @@ def test_a_cure_not_yet_beyond_noise_but_falling_faster_is_run_longer():
     it gets beyond the margin within a few steps: inconclusive with 'run longer', not 'not verified'. One that
     falls no faster than the control is not verified."""
     lr = Candidate("dead_activation", "lr_scale", {"factor": 0.1}, "lower the lr")
-    ctl = out("control", None, 1.625, ["dead_activation"])
-    ctl.fall = 0.010
-    near = out("lr", None, 1.567)
-    near.fall, near.steps, near.first = 0.030, 24, 2.3
-    v = verdict(lr, [ctl], [near])
+    ctl = out("control", None, 1.625, ["dead_activation"], fall=0.010)
+    v = verdict(lr, [ctl], [out("lr", None, 1.567, steps=24, fall=0.030, first=2.3)])
     assert v["status"] == "inconclusive" and "the loss not yet beyond noise (1.625 → 1.567)" in v["reason"], v
     assert "gets beyond noise below the control within 2 more steps" in v["reason"] and "--steps 48" in v["reason"]
-    flat = out("lr", None, 1.567)
-    flat.fall, flat.steps, flat.first = 0.005, 24, 2.3
-    v = verdict(lr, [ctl], [flat])
+    v = verdict(lr, [ctl], [out("lr", None, 1.567, steps=24, fall=0.005, first=2.3)])
     assert v["status"] == "not_verified" and "did not improve beyond noise" in v["reason"], v
 
 
