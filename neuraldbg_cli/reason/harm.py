@@ -16,6 +16,7 @@ import math
 
 from neuraldbg_cli.reason.families.causes import summed_only
 from neuraldbg_cli.reason.families.context import Context
+from neuraldbg_cli.reason.families.settings import oversized_updates
 from neuraldbg_cli.trace.events import EventType, Hypothesis, Kind
 from neuraldbg_cli.vocab import adaptive
 
@@ -85,8 +86,9 @@ def _optimizer_of(ctx: Context, h: Hypothesis) -> str:
 
 
 def _normalised_steps(ctx: Context, h: Hypothesis) -> bool:
-    """Every optimizer that trains the hypothesis's model normalises its steps, and no update was oversized."""
+    """Every optimizer that trains the hypothesis's model normalises its steps, and no update was oversized (RMSprop's
+    first steps, large by construction, aside)."""
     opts = [o for o in ctx.optimizers if h.origin.root in (o.get("roots") or [h.origin.root])]
     if not opts or not all(adaptive(str(o.get("type") or "")) for o in opts):
         return False
-    return not ctx.select(types=[EventType.parameter_update.value], to=["oversized"])
+    return not oversized_updates(ctx)

@@ -197,6 +197,14 @@ def test_a_gradient_grown_from_near_zero_under_adam_is_a_note_while_the_loss_fal
     big = evs + [ev(UPD, 20, "m0", "updating", "oversized", "weights", update_ratio=0.9)]
     big += [ev(LOSS, 21, None, "normal", "diverging", "loss", recent=1e4, start=2.3, best=2.2)]
     assert by_kind(explain(big, MODELS, optimizer("AdamW", 1e-3)))[Kind.exploding_gradient].confidence >= 0.5
+    # RMSprop's first steps are large by construction (no bias correction): on a loss that did not improve, they are
+    # no evidence of steps out of scale, where the same ratio later in the run is
+    flat = evs[:2] + [summary(300, 2.3, 2.2)]
+    rms = optimizer("RMSprop", 1e-3, alpha=0.99)
+    start = flat + [ev(UPD, 0, m, "updating", "oversized", "weights", update_ratio=0.4) for m in ("m0", "m2")]
+    assert by_kind(explain(start, MODELS, rms))[Kind.exploding_gradient].confidence < 0.5
+    later = flat + [ev(UPD, 200, m, "updating", "oversized", "weights", update_ratio=0.4) for m in ("m0", "m2")]
+    assert by_kind(explain(later, MODELS, rms))[Kind.exploding_gradient].confidence >= 0.5
 
 
 def test_raw_pixels_into_a_run_that_learns_are_a_note_and_a_nan_never_is():

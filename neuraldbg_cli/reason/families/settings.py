@@ -68,13 +68,18 @@ def _rmsprop_start(ctx: Context, e: Event) -> bool:
     return ratio * math.sqrt(1 - alpha ** (e.step + 1)) <= ctx.thresholds.update_oversized
 
 
+def oversized_updates(ctx: Context) -> list[Event]:
+    """The updates that were oversized against their weights, but for RMSprop's first steps (_rmsprop_start)."""
+    evs = ctx.select(types=[EventType.parameter_update.value], to=["oversized"])
+    return [e for e in evs if not _rmsprop_start(ctx, e)]
+
+
 def learning_rate_setting(ctx: Context) -> SettingCause | None:
     """Updates far larger than the weights they change (update-to-weight ratio, healthy ~1e-3): the lr. The
     loss-level symptom it produced (divergence, oscillation, explosion) names it first; else the units it
     killed or saturated, or the NaN or plateau that followed. RMSprop's first steps are large by construction
     (_rmsprop_start): they name no lr."""
-    evs = ctx.select(types=[EventType.parameter_update.value], to=["oversized"])
-    evs = [e for e in evs if not _rmsprop_start(ctx, e)]
+    evs = oversized_updates(ctx)
     if not evs:
         return None
     onset = min(e.step for e in evs)
