@@ -20,6 +20,7 @@ from neuraldbg_cli.reason.families.evidence import (
     _spread_confidence,
     _still,
 )
+from neuraldbg_cli.reason.families.settings import oversized_updates
 from neuraldbg_cli.reason.fixspec import fix
 from neuraldbg_cli.trace.events import ActState, ActStats, EventType, Hypothesis, Kind, StepRecord
 from neuraldbg_cli.vocab import SATURATING_TYPES, is_norm
@@ -69,7 +70,7 @@ class ActivationObserver(Observer):
         super().__init__(board)
         self.act_base: dict[tuple, list[float]] = {}
         self.baselines: dict[tuple, float] = {}  # key -> median of its full act_base (it stops growing then)
-        self.late: set[str] = set()  # roots with a layer that saturated after a normal start (see summary)
+        self.late: set[str] = set()  # roots with a layer that died or saturated after a normal start (see summary)
 
     def observe(self, rec: StepRecord) -> None:
         outputs: dict[str, str | None] = {}  # root -> its output layer, read once per step
@@ -106,7 +107,7 @@ class ActivationObserver(Observer):
             }
             if baseline:  # the metric that moved, for an activation blow-up
                 metrics.update(baseline_std=baseline, std_ratio=s.std / baseline)
-                if state == SATURATED:  # saturated after a normal start: where its loss stood then (see summary)
+                if state in (SATURATED, DEAD):  # after a normal start: where its loss stood then (see summary)
                     level = self.board.losses.now(root)
                     if level is not None:
                         metrics["loss_at"] = level
@@ -114,8 +115,8 @@ class ActivationObserver(Observer):
             self.board.feed(key, NORMAL, state, rec.step, metrics, ETYPE, site, root, module)
 
     def summary(self) -> dict[str, Any]:
-        """Per root that had a layer saturate after a normal start, its loss level at the end (`loss_now.ROOT`):
-        saturated_activation compares it with the level when the saturation began (the event's `loss_at`)."""
+        """Per root that had a layer die or saturate after a normal start, its loss level at the end
+        (`loss_now.ROOT`): the rules compare it with the level when that began (the event's `loss_at`)."""
         out: dict[str, Any] = {}
         for root in sorted(self.late):
             level = self.board.losses.now(root)
@@ -198,8 +199,32 @@ def dead_activation(ctx: Context) -> Hypothesis | None:
     else:
         tips = lower_lr(ctx, at) + tips if _lr_above_usual(ctx, at) else tips[:1] + lower_lr(ctx, at) + tips[1:]
         fixes = lower_lr_fix(ctx, at)
-    return _activation_rule(
-        ctx, "dead", Kind.dead_activation, 0.62, tips, "Most ReLU units never activate on a whole batch (dead)", fixes
+    phrase = "Most ReLU units never activate on a whole batch (dead)"
+    stalled = [e for e in evs if _learned(ctx, e) is None]
+    if stalled or not evs or _lr_above_usual(ctx, at) or oversized_updates(ctx):
+        # units that died while the loss stalled, or under steps out of scale (the lr's damage), are harm
+        return _activation_rule(ctx, "dead", Kind.dead_activation, 0.62, tips, phrase, fixes, evs)
+    # every layer died after a normal start, under steps in scale, and the loss kept improving after it: the units
+    # left alive carry the learning (an over-wide layer on easy data); listed, weak
+    hyp = _activation_rule(ctx, "dead", Kind.dead_activation, 0.62, tips, phrase, fixes, evs)
+    if hyp is not None:
+        _excuse(ctx, hyp, evs, "died")
+    return hyp
+
+
+def _excuse(ctx: Context, hyp: Hypothesis, evs: list[Event], what: str) -> None:
+    """A layer state the model learned through: below the 0.5 that --fail-on reads, with the loss it reached."""
+    first = min(evs, key=lambda e: (e.step, ctx.order(e)))
+    at, now = _learned(ctx, first) or (0.0, 0.0)
+    hyp.confidence = round(hyp.confidence * LEARNED_FACTOR, 3)
+    hyp.summary += (
+        f" Each {what} after a normal start, and the loss kept improving after it ({at:.4g} -> {now:.4g} from "
+        f"step {first.step}): "
+        + (
+            "the units left alive carry the learning, training is not harmed: a note, not a problem."
+            if what == "died"
+            else "saturation the model learned its way into, not a stall."
+        )
     )
 
 
@@ -266,25 +291,20 @@ def saturated_activation(ctx: Context) -> Hypothesis | None:
     # confident (bounded units driven to their rails by what it learned), training did not stall; kept, weak
     hyp = _activation_rule(ctx, "saturated", Kind.saturated_activation, 0.62, tips, phrase, fixes, evs)
     if hyp is not None:
-        first = min(evs, key=lambda e: (e.step, ctx.order(e)))
-        at, now = _learned(ctx, first) or (0.0, 0.0)
-        hyp.confidence = round(hyp.confidence * LEARNED_FACTOR, 3)
-        hyp.summary += (
-            f" Each began after a normal start, and the loss kept improving after it ({at:.4g} -> {now:.4g} from "
-            f"step {first.step}): saturation the model learned its way into, not a stall."
-        )
+        _excuse(ctx, hyp, evs, "began")
     return hyp
 
 
-LEARNED_FACTOR = 0.5  # a saturation training went on improving through: below the 0.5 that --fail-on reads
+LEARNED_FACTOR = 0.5  # a layer state training went on improving through: below the 0.5 that --fail-on reads
 
 
 def _learned(ctx: Context, e: Event) -> tuple[float, float] | None:
-    """(loss level when the saturation began, at the end) when the layer saturated after a normal start
-    (its event carries `loss_at`, see ActivationObserver) and its model's loss then improved by at least
+    """(loss level when the layer died or saturated, at the end) when that happened after a normal start (its
+    event carries `loss_at`, see ActivationObserver) and its model's loss then improved by at least
     fade_loss_gain of its level: bounded units the model drove to their rails as it grew confident (an additive
-    attention's tanh energies, a gate that learned to open). Saturation that stalls training leaves the loss
-    where it was; saturation from the first step is the init's or the inputs' scale and is never excused."""
+    attention's tanh energies, a gate that learned to open), ReLU units an over-wide layer left behind. A state
+    that stalls training leaves the loss where it was; one from the first step is the init's or the inputs' scale
+    and is never excused."""
     at = e.metrics.get("loss_at")
     if at is None or not math.isfinite(at):
         return None
