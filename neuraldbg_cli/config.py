@@ -267,6 +267,12 @@ class Thresholds(BaseModel):
         "and still falling, is collapsing (healthy training and usual weight "
         "decay change weight norms by small factors)",
     )
+    update_ascent: float = Field(
+        0.5,
+        description="a manual update (no optimizer) whose change has a cosine above this with the gradient it "
+        "followed climbs the loss: `p -= lr * p.grad` gives -1, its sign flipped +1; plain SGD's momentum or a "
+        "weight decay tilt a descent, they do not turn it around",
+    )
     weights_majority: float = Field(
         0.5,
         description="fraction of a model's matrix layers that must show an "

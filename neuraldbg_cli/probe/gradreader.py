@@ -25,6 +25,7 @@ class UpdateBefore(NamedTuple):
     ps: ParamSet
     views: list[torch.Tensor]  # the sample views the copies were taken from
     samples: list[torch.Tensor]  # fp32 copies of an even sample of each parameter (ParamSet.moved)
+    grads: list[torch.Tensor | None] | None = None  # a manual update's: its gradient at the same sample positions
 
 
 class _Samples(NamedTuple):
@@ -152,10 +153,30 @@ class GradReader:
                 samples = [v.to(torch.float32, copy=True) for v in views]
         return UpdateBefore(buf, ps, views, samples)
 
+    def before_manual(self, buf: StepBuffer, ps: ParamSet) -> UpdateBefore:
+        """A backward-counted step (no optimizer): the script updates the weights itself after backward()
+        (`p -= lr * p.grad`) and the step closes at its next pass or zero_grad. As before_update, plus the gradient
+        at the same sample positions, copied now (a script may zero it in place before the step closes): `update`
+        then measures the update's direction against the gradient too (an ascent, `p += lr * p.grad`, moves
+        along it)."""
+        before = self.before_update(buf, ps)
+        params = [ps.params[i] for i in ps.moved]
+        grads: list[torch.Tensor | None] = []
+        with torch.no_grad():
+            for p in params:
+                g = p.grad
+                if g is None or g.layout is not _STRIDED or g.shape != p.shape or ps.sharded:
+                    grads.append(None)
+                else:
+                    grads.append(ts.sample(g.detach().reshape(-1)).to(torch.float32, copy=True))
+        return before._replace(grads=grads)
+
     def update(self, before: UpdateBefore) -> None:
-        """After the optimizer step: see before_update."""
+        """After the optimizer step (or a manual update: before_manual): see before_update. With the gradient
+        kept, also each parameter's update dotted with it (`update_dot`, scaled to the whole tensor as a squared
+        norm is): negative for a descent, positive for an ascent."""
         found = self._samples(before.ps)
-        scale, owners, samples = found.scale, found.owners, before.samples
+        scale, owners, samples, grads = found.scale, found.owners, before.samples, before.grads
         with torch.no_grad():
             after = [v if v.dtype is torch.float32 else v.float() for v in found.views]
             if found.views is not before.views:  # a weight got new storage during the step (`p.data = ...`)
@@ -163,10 +184,20 @@ class GradReader:
                 after, samples = [after[i] for i in keep], [samples[i] for i in keep]
                 owners = tuple(owners[i] for i in keep)
                 scale = [scale[i] for i in keep] if scale is not None else None
+                grads = [grads[i] for i in keep] if grads is not None else None
             if not after:
                 return
-            norms = ts.norm_vector(list(torch._foreach_sub(after, samples)))
+            diffs = list(torch._foreach_sub(after, samples))
+            norms = ts.norm_vector(diffs)
+            dots = None
+            if grads is not None:
+                pairs = [i for i, (d, g) in enumerate(zip(diffs, grads)) if g is not None and g.shape == d.shape]
+                if pairs:
+                    dots = [(diffs[i] * grads[i]).sum() for i in pairs]  # type: ignore[operator]
         before.buf.add("update", owners, norms, scale)
+        if dots is not None:
+            squared = [scale[i] ** 2 for i in pairs] if scale is not None else None
+            before.buf.extend("update_dot", tuple(owners[i] for i in pairs), dots, squared)
 
     def forget(self) -> None:
         """Drop the weights' views (a model died: nothing here may keep its memory; a weakref callback calls

@@ -240,10 +240,16 @@ class StepPacer:
             # unscaled at the optimizer's pre-step, and its step, not this backward, ends the step
             self._steps.buf.scaled = True
         elif act == READ and "grads" not in self._guard.off:
+            buf = self._steps.buf
             try:
-                self._grads.norms(self._steps.buf, self._sets.every())
+                self._grads.norms(buf, self._sets.every())
             except Exception as e:  # noqa: BLE001
                 self._guard.fault("grads", e)
+            if buf.sampled and not self._opts.optimizers and "update" not in self._guard.off:
+                try:  # no optimizer: the script's own update follows, measured when the step closes
+                    buf.manual = self._grads.before_manual(buf, self._sets.every())
+                except Exception as e:  # noqa: BLE001
+                    self._guard.fault("update", e)
         self._loop.backward_end(self._steps.buf, inside=bool(self.clock.depth))
         if act == CLOSE:
             self._closer.advance_or_fault()

@@ -42,7 +42,7 @@ HOLD_LIMIT = 1 << 22
 class Slot(NamedTuple):
     """Where some of a buffer's parts go on the host (see `_place`)."""
 
-    what: str  # "loss", "full", "grad", "weight", "update", "checksum", "norm", "loss_call", "resid", "attn", "loop", "loopclear", "loopclip", "sampler" or "graphs"
+    what: str  # "loss", "full", "grad", "weight", "update", "update_dot", "checksum", "norm", "loss_call", "resid", "attn", "loop", "loopclear", "loopclip", "sampler" or "graphs"
     key: Any  # the series, the site (root, module, site), or the parameters' owners
     length: int  # values in the parts
     extra: Any  # what `_place` needs besides the values (a Layout, norm factors) or None
@@ -75,6 +75,7 @@ class StepBuffer:
         "unchecked",
         "_check_at",
         "tail",
+        "manual",
     )
 
     def __init__(self, step: int, sampled: bool) -> None:
@@ -102,6 +103,7 @@ class StepBuffer:
         self._held_n = 0
         self.unchecked: list[tuple[int, torch.Tensor]] = []  # CPU sites' float32 sums awaiting `check_sums`
         self.tail = False  # the run's last forward passes, after its last step: kept for a NaN, not a step
+        self.manual: Any = None  # a sampled backward-counted step's GradReader.before_manual, for its close
 
     def watch(self, key: tuple, t: torch.Tensor) -> None:
         """A NaN/Inf made at `key` must be seen and named. Off the CPU the check is one reduction queued on the
@@ -318,6 +320,12 @@ def _place(rec: StepRecord, what: str, key: Any, chunk: list[float], extra: Any)
         _accumulate(rec, key, chunk if extra is None else [v * f for v, f in zip(chunk, extra)], "weight_norm")
     elif what == "update":  # extra as for "grad"
         _accumulate(rec, key, chunk if extra is None else [v * f for v, f in zip(chunk, extra)], "update_norm")
+    elif what == "update_dot":  # extra: per-parameter factors to the whole tensor's (a square's); summed per module
+        for owner, v in zip(key, chunk if extra is None else [v * f for v, f in zip(chunk, extra)]):
+            gs = rec.grads.get(owner)
+            if gs is None:
+                gs = rec.grads[owner] = GradStats(norm=None, numel=0)
+            gs.update_dot = v if gs.update_dot is None else gs.update_dot + v
     elif what == "norm":  # extra: a normprobe.NormLayout
         _place_norm(rec, key, chunk, extra)
     elif what == "loss_call":  # key: the loss name; extra: a lossprobe.LossLayout

@@ -86,6 +86,12 @@ class StepCloser:
                     self._finder.rescan(root)
             except Exception as e:  # noqa: BLE001
                 self._guard.fault("rescan", e)
+        if buf.manual is not None and "update" not in off:  # what the script's own update did (see before_manual)
+            try:
+                self._grads.update(buf.manual)
+            except Exception as e:  # noqa: BLE001
+                self._guard.fault("update", e)
+            buf.manual = None
         if "grads" not in off:
             try:
                 self._grads.step_stats(buf)

@@ -83,6 +83,7 @@ class UpdateState(str, Enum):
     unchanged = "unchanged"
     oversized = "oversized"  # each optimizer step moves the weights by a large fraction of their size (lr too high)
     collapsing = "collapsing"  # weight norms shrink toward 0 (e.g. a huge weight_decay)
+    ascending = "ascending"  # a manual update moves the weights along their gradient (`p += lr * p.grad`)
 
 
 class NormState(str, Enum):
@@ -235,6 +236,7 @@ class GradStats:
     weight_norm: float | None = None  # L2, sampled steps only
     checksum: tuple | None = None  # per parameter, sampled steps: changes whenever any weight does
     update_norm: float | None = None  # L2 of the change one optimizer step made, sampled steps only
+    update_dot: float | None = None  # that change dotted with the gradient (a manual update's): < 0 descends
 
 
 @dataclass(slots=True)

@@ -236,8 +236,17 @@ class OscillationTest(LossStatistics):
         # not learning: swinging up well beyond where it started (a loss at its noise floor from the start,
         # e.g. a converged model fine-tuned, swings ~1.5x around its start level, never 3x)
         th, learned_level = self.th, start / self.th.learned_factor
+        # swings that recur: the large changes turn back at least twice (up, down, up). One spike and its fall
+        # back (a first step's overshoot the run recovers from) turn once, however noisy the steps around them
+        big = [d for d in diffs if abs(d) > th.oscillation * level]
+        recurs = sum(1 for a, b in zip(big, big[1:]) if a * b < 0) >= 2
         if not (
-            (flips >= th.oscillation_flips and now > learned_level and max(recent) > th.oscillation_high * start)
+            (
+                flips >= th.oscillation_flips
+                and recurs
+                and now > learned_level
+                and max(recent) > th.oscillation_high * start
+            )
             or (
                 start > 0
                 and above >= th.oscillation_jumps

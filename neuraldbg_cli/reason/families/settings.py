@@ -88,6 +88,8 @@ def learning_rate_setting(ctx: Context) -> SettingCause | None:
         # weights shrinking under the decay change by a large fraction of their (vanishing) size each step:
         # that is the decay, which weight_decay_setting names first; an lr in its usual range is no cause
         return None
+    if manual_ascent(ctx) is not None:
+        return None  # an update that climbs makes the weights grow, and every step large against them: the sign
     falls = [e for e in ctx.select(to=["diverging"]) if e.metrics.get("fall_factor") is not None]
     falls += ctx.select(types=[EventType.loss_call_health.value], to=["negated"])
     if falls and not _lr_above_usual(ctx, onset):
@@ -266,7 +268,11 @@ def ascent_setting(ctx: Context) -> SettingCause | None:
     """An optimizer built with maximize=True steps up its gradient: the value backward() is called on climbs, and
     no step size changes the direction (a lower lr only slows the climb). Named on a loss that rises (diverges or
     swings upward), never on one that falls: a reward maximised on purpose rises as it should only when its
-    script logs it as what it is, and then it is no loss the monitor reads as diverging."""
+    script logs it as what it is, and then it is no loss the monitor reads as diverging. Without an optimizer,
+    the script's own update is measured: one that moves the weights along their gradient is the same climb."""
+    manual = manual_ascent(ctx)
+    if manual is not None:
+        return manual
     rising = [
         e
         for e in ctx.select(types=[EventType.optimizer_instability.value], to=["diverging"])
@@ -293,6 +299,38 @@ def ascent_setting(ctx: Context) -> SettingCause | None:
         # (a lower lr only slows the climb: no step size turns an ascent into a descent)
         contradicts=("check the update sign", "lr="),
         fixes=[fix("minimize", text)],
+    )
+
+
+def manual_ascent(ctx: Context) -> SettingCause | None:
+    """The script updates the weights itself (no optimizer) and each update moves them along the gradient it
+    followed (the cosine of the change with the gradient near +1 on most matrix layers, where `p -= lr * p.grad`
+    gives -1): the update's sign is flipped, and the loss climbs whatever the step size."""
+    evs = ctx.select(types=[EventType.parameter_update.value], to=["ascending"])
+    if not evs or ctx.optimizers:
+        return None
+    onset = min(e.step for e in evs)
+    cos = [float(v) for e in evs if isinstance(v := e.metrics.get("update_cos"), float) and math.isfinite(v)]
+    layers = sorted({e.module or "" for e in evs})
+    shown = ", ".join(layers[:4]) + ("…" if len(layers) > 4 else "")
+    text = (
+        "make the manual update subtract the gradient: `p -= lr * p.grad` (or `p.data -= lr * p.grad`), not `+=`; "
+        "or use torch.optim.SGD, which does"
+    )
+    return SettingCause(
+        "update_sign",
+        onset,
+        f"the manual update climbs the loss: it moves the weights of {shown} along their gradient (cosine "
+        f"{min(cos, default=1.0):+.2f} or more between each sampled update and its gradient, where a descent gives "
+        "-1), so the update adds the gradient instead of subtracting it",
+        text,
+        (
+            (Kind.loss_divergence, Kind.unstable_loss, Kind.exploding_gradient),
+            (Kind.non_finite, Kind.loss_plateau, Kind.dead_activation, Kind.saturated_activation),
+        ),
+        _evidence(evs[:3]),
+        # (a smaller step only slows the climb; the flipped sign is the check the generic advice asks for)
+        contradicts=("check the update sign", "lr=", "step size smaller", "clip gradients"),
     )
 
 

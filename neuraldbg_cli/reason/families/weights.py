@@ -18,16 +18,17 @@ from neuraldbg_cli.reason.families.evidence import (
     _spread_confidence,
     _still,
 )
-from neuraldbg_cli.trace.events import EventType, GradState, Hypothesis, Kind, StepRecord, UpdateState
+from neuraldbg_cli.trace.events import EventType, GradState, GradStats, Hypothesis, Kind, StepRecord, UpdateState
 from neuraldbg_cli.vocab import usual_lr
 
 ETYPE, GRAD_HEALTHY = EventType.parameter_update.value, GradState.healthy.value
 # the states as plain strings (judged per layer per sampled step: an Enum's `.value` is a descriptor call)
-UPDATING, UNCHANGED, OVERSIZED, COLLAPSING = (
+UPDATING, UNCHANGED, OVERSIZED, COLLAPSING, ASCENDING = (
     UpdateState.updating.value,
     UpdateState.unchanged.value,
     UpdateState.oversized.value,
     UpdateState.collapsing.value,
+    UpdateState.ascending.value,
 )
 
 
@@ -39,7 +40,8 @@ class WeightObserver(Observer):
     the weights by a large fraction of their norm (the update-to-weight ratio, healthy around 1e-3), on
     most of the model's matrix layers: the learning rate is too large. Collapsing = the weight norm fell
     below a small fraction of its first sample and is still falling, on most matrix layers (e.g. a huge
-    weight_decay).
+    weight_decay). Ascending = a manual update (no optimizer: GradReader.before_manual) moves the weights along
+    the gradient it followed, on most matrix layers: the update's sign is flipped.
 
     Still weights are only a fault when something should have moved them: a module whose optimizer has
     stepped before but not since the last sample is resting by design (a GAN generator stepped once per
@@ -91,13 +93,16 @@ class WeightObserver(Observer):
                     ratio_big = None  # a step that shrinks the weights is a decay, not an oversized lr step
                 else:
                     ratio_big = ratio
-                rows.append((name, gs, info, key, ratio, ratio_big, collapsing, first, last))
+                cos = _cosine(gs)
+                rows.append((name, gs, info, key, ratio, ratio_big, collapsing, first, last, cos))
             matrix = [r for r in rows if r[2] is not None and r[2].weight_ndim2]
             big = sum(1 for r in matrix if r[5] is not None and r[5] > th.update_oversized)
             small = sum(1 for r in matrix if r[6])
+            up = sum(1 for r in matrix if r[9] is not None and r[9] > th.update_ascent)
             oversized_model = bool(matrix) and big >= th.weights_majority * len(matrix)
             collapsing_model = bool(matrix) and small >= th.weights_majority * len(matrix)
-            for name, gs, info, key, ratio, ratio_big, collapsing, first, last in rows:
+            ascending_model = bool(matrix) and up > th.weights_majority * len(matrix)
+            for name, gs, info, key, ratio, ratio_big, collapsing, first, last, cos in rows:
                 prev = self.last_weights.get(key)
                 now = self.last_weights[key] = gs.checksum
                 grad = self.board.grad_since.pop((root, name), None)
@@ -113,6 +118,8 @@ class WeightObserver(Observer):
                     if (root, name) in resting and info is not None and info.in_optimizer:
                         continue  # its optimizer did not step since the last sample: nothing was meant to move it
                     state = UNCHANGED
+                elif ascending_model and cos is not None and cos > th.update_ascent:
+                    state = ASCENDING
                 elif collapsing_model and collapsing:
                     state = COLLAPSING
                 elif oversized_model and ratio_big is not None and ratio_big > th.update_oversized:
@@ -130,7 +137,8 @@ class WeightObserver(Observer):
                     "update_norm": gs.update_norm,
                     "update_ratio": ratio,
                     "grad_rms": grad,
-                    "layers_frac": (big if state == OVERSIZED else small) / len(matrix) if matrix else None,
+                    "layers_frac": {OVERSIZED: big, ASCENDING: up}.get(state, small) / len(matrix) if matrix else None,
+                    "update_cos": cos,
                     "in_optimizer": float(bool(info and info.in_optimizer)),
                 }
                 self.board.feed(
@@ -144,6 +152,14 @@ class WeightObserver(Observer):
                     root,
                     name,
                 )
+
+
+def _cosine(gs: GradStats) -> float | None:
+    """The cosine between a manual update and the gradient it followed (None: not measured, or no change)."""
+    dot, size, grad = gs.update_dot, gs.update_norm, gs.norm
+    if dot is None or not size or not grad or not math.isfinite(dot * size * grad):
+        return None
+    return dot / (size * grad)
 
 
 # ---------------------------------------------------------------- rule
