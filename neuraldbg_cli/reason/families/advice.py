@@ -8,6 +8,7 @@ from typing import Any
 
 from neuraldbg_cli.reason.families.context import Context, Event
 from neuraldbg_cli.reason.fixspec import fix, lr_scale
+from neuraldbg_cli.trace.events import EventType
 from neuraldbg_cli.vocab import HE_INIT_TYPES, INIT_TYPES, usual_lr
 
 
@@ -15,13 +16,18 @@ def lower_lr(ctx: Context, at: int | None = None) -> list[str]:
     """Advice for a run the learning rate may drive too hard (divergence, explosion, oscillation, NaN, dead
     units): a value always below the current one (the optimizer's usual value when far above it, else one
     order of magnitude down), or the words "lower the learning rate" when no optimizer was seen (with the
-    update's sign, which nothing measures there: an ascent climbs the same way). `at`: the
+    update's sign unless the sampled manual updates were measured descending: an ascent climbs the same way). `at`: the
     symptom's onset, so that the lr quoted is the one in force while it developed (see Context.peak_lr)."""
     peak = ctx.peak_lr(at)
     if peak is None:
+        descends = any(
+            isinstance(c := e.metrics.get("update_cos"), float) and c < 0
+            for e in ctx.select(types=[EventType.parameter_update.value])
+        )  # the sampled updates were measured going down the gradient: the sign is right
+        sign = "" if descends else ", and check that it subtracts the gradient: p -= lr * p.grad"
         return [
             "lower the learning rate (no torch.optim optimizer was seen: make the manual update's step "
-            "size smaller, e.g. divide it by 10, and check that it subtracts the gradient: p -= lr * p.grad)"
+            f"size smaller, e.g. divide it by 10{sign})"
         ]
     opt, lr = peak
     if lr < 0:

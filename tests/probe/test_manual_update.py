@@ -1,0 +1,51 @@
+"""A script that updates its weights itself (no torch.optim): on sampled steps the probe measures the update
+(its size against the weights, and its cosine with the gradient it followed); an update that adds the gradient
+(`p += lr * p.grad`, gradient ascent) is named as the root of the climb, with the sign's fix and no step-size
+advice (a smaller step only slows a climb). A textbook descent raises nothing."""
+import json
+
+import pytest
+
+from conftest import explain_json, run_cli
+
+
+def _events(run_dir):
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("zero_after", ["0", "1"])
+def test_a_manual_ascent_is_named_as_the_root_with_the_sign_fix(observe, zero_after):
+    obs = observe("manual_update.py", "--sign", "1", "--zero-after", zero_after)
+    assert obs.proc.returncode == 0, obs.proc.stderr[-2000:]
+    up = [e for e in _events(obs.run_dir) if e["type"] == "parameter_update" and e["to"] == "ascending"]
+    assert up and all(e["metrics"]["update_cos"] > 0.9 for e in up), up
+    assert min(e["step"] for e in up) == 0
+    top = obs.report["hypotheses"][0]
+    assert top["kind"] in ("loss_divergence", "unstable_loss", "exploding_gradient"), top
+    assert "manual update climbs the loss" in top["summary"], top
+    assert top["suggestions"][0].startswith("make the manual update subtract the gradient")
+    for h in obs.report["hypotheses"]:
+        assert not [t for t in h["suggestions"] if t.startswith(("lr=", "clip gradients", "lower the learning"))], h
+        assert "learning rate is too large" not in h["summary"]
+
+
+@pytest.mark.parametrize("zero_after", ["0", "1"])
+def test_a_manual_descent_is_healthy(observe, zero_after):
+    obs = observe("manual_update.py", "--zero-after", zero_after)
+    assert obs.proc.returncode == 0, obs.proc.stderr[-2000:]
+    assert not [e for e in _events(obs.run_dir) if e["type"] == "parameter_update"]
+    assert obs.report["status"] == "healthy", obs.report["hypotheses"]
+
+
+def test_the_update_is_measured_as_large_as_it_is(tmp_path):
+    """A manual step 200x too large is an oversized update, as an optimizer's would be: the lr is named; its
+    direction was measured going down the gradient, so the advice does not ask to check the sign."""
+    run_dir = tmp_path / "r"
+    r = run_cli("run", "--quiet", "--run-dir", run_dir, "tests/assets/manual_update.py", "--lr", "2.0")
+    assert r.returncode == 0, r.stderr[-2000:]
+    big = [e for e in _events(run_dir) if e["type"] == "parameter_update" and e["to"] == "oversized"]
+    assert big, _events(run_dir)
+    top = explain_json(run_dir)["hypotheses"][0]
+    assert "learning rate is too large" in top["summary"], top
+    assert "manual update's step size smaller" in top["suggestions"][0]
+    assert "subtracts" not in top["suggestions"][0]
