@@ -236,10 +236,56 @@ def loss_plateau(ctx: Context) -> Hypothesis | None:
             f"the model ends in {types[ordered[-1]]} ({ordered[-1]}): nn.CrossEntropyLoss applies "
             f"log-softmax itself; return raw logits",
         )
+    unpaired = not tips and _only_the_loss(ctx)
+    if unpaired:
+        tips.append(PAIRING_TIP)
     tips.append("check that the loss can decrease at all: overfit one small batch first")
     at = _onset(ctx, "plateau")
     fixes = postln_warmup_fix(ctx) + plateau_lr_fix(ctx, at)
-    return _loss_rule(ctx, "plateau", Kind.loss_plateau, 0.72, "The loss does not decrease", tips, fixes=fixes)
+    h = _loss_rule(ctx, "plateau", Kind.loss_plateau, 0.72, "The loss does not decrease", tips, fixes=fixes)
+    guessing = _at_chance(ctx)
+    if h is not None and unpaired and guessing is not None:
+        h.summary += (
+            f"{guessing} Nothing else is wrong in the network (gradients reach every layer, the steps are in scale, "
+            "no unit is dead or saturated): what the model is given does not predict its labels, as when inputs "
+            "and labels are shuffled apart."
+        )
+    elif h is not None and unpaired:  # a plateau below chance: a model that learned something, from its inputs
+        h.suggestions = [t for t in h.suggestions if t != PAIRING_TIP]
+    return h
+
+
+def _at_chance(ctx: Context) -> str | None:
+    """Words for a class loss whose plateau sits at guessing (None: not one): its summary says so already when it
+    fell to chance from above, else it stalled within CHANCE_BAND of ln(C) (the labels' own entropy, when the
+    classes are not balanced, is a little below ln(C))."""
+    evs = ctx.select(types=[EventType.optimizer_instability.value], to=["plateau"])
+    if not evs:
+        return None
+    m = min(evs, key=lambda e: e.step).metrics
+    if m.get("chance") is not None:
+        return ""
+    level, chance = m.get("recent"), m.get("chance_level")
+    if not isinstance(level, float) or not isinstance(chance, float) or not level >= CHANCE_BAND * chance:
+        return None
+    classes = round(math.exp(chance))
+    return f" That is guessing: ln({classes}) = {chance:.4g} is what predicting each class equally likely scores."
+
+
+CHANCE_BAND = 0.9  # a class loss above this fraction of ln(C) learned nothing from its inputs
+
+
+PAIRING_TIP = (
+    "check that each input keeps its own label: shuffle inputs and labels with one permutation "
+    "(idx = torch.randperm(n); x, y = x[idx], y[idx]) or shuffle a Dataset of (x, y) pairs; check that the labels "
+    "come from the right column or file and that the inputs differ from sample to sample"
+)
+
+
+def _only_the_loss(ctx: Context) -> bool:
+    """The trace shows nothing but the loss: no gradient, activation, weight, data or loss-call finding."""
+    quiet = {EventType.optimizer_instability.value, EventType.run_summary.value}
+    return all(e.type in quiet for e in ctx.events)
 
 
 def loss_divergence(ctx: Context) -> Hypothesis | None:

@@ -389,6 +389,8 @@ class LossSeries(OscillationTest):
                 metrics["improvement"] = 1 - math.exp(self._late_median() - self.reference())
                 if self.reference() < self.start():
                     metrics["chance"] = self.chance
+                elif self.chance is not None and not self.raw:
+                    metrics["chance_level"] = self.chance  # ln(C), which the loss started at or below
         return metrics
 
     def _judge(self, step: int) -> tuple[str, int]:
