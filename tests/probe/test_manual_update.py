@@ -49,3 +49,19 @@ def test_the_update_is_measured_as_large_as_it_is(tmp_path):
     assert "learning rate is too large" in top["summary"], top
     assert "manual update's step size smaller" in top["suggestions"][0]
     assert "subtracts" not in top["suggestions"][0]
+
+
+def test_an_ascent_that_begins_late_is_no_flipped_sign():
+    """Momentum carried up a gradient that turned (an overshoot, later in the run) is not a sign error: only
+    updates that climb from the first samples name it."""
+    from neuraldbg_cli.config import Thresholds
+    from neuraldbg_cli.reason.families.context import Context
+    from neuraldbg_cli.reason.families.settings import manual_ascent
+    from neuraldbg_cli.trace.events import SemanticEvent
+
+    def up(step):
+        return SemanticEvent(type="parameter_update", step=step, module="fc", root="Net", from_="updating",
+                             to="ascending", site="weights", metrics={"update_cos": 0.9})
+
+    assert manual_ascent(Context(events=[up(0)], thresholds=Thresholds())) is not None
+    assert manual_ascent(Context(events=[up(40)], thresholds=Thresholds())) is None

@@ -305,11 +305,15 @@ def ascent_setting(ctx: Context) -> SettingCause | None:
 def manual_ascent(ctx: Context) -> SettingCause | None:
     """The script updates the weights itself (no optimizer) and each update moves them along the gradient it
     followed (the cosine of the change with the gradient near +1 on most matrix layers, where `p -= lr * p.grad`
-    gives -1): the update's sign is flipped, and the loss climbs whatever the step size."""
+    gives -1): the update's sign is flipped, and the loss climbs whatever the step size. From the first sampled
+    updates: a flipped sign climbs from the start, while a descent with momentum can run on up a gradient that
+    turned (a ravine it overshoots, later in a run whose steps are too large)."""
     evs = ctx.select(types=[EventType.parameter_update.value], to=["ascending"])
     if not evs or ctx.optimizers:
         return None
     onset = min(e.step for e in evs)
+    if onset >= max(ctx.every, 1):
+        return None
     cos = [float(v) for e in evs if isinstance(v := e.metrics.get("update_cos"), float) and math.isfinite(v)]
     layers = sorted({e.module or "" for e in evs})
     shown = ", ".join(layers[:4]) + ("…" if len(layers) > 4 else "")
