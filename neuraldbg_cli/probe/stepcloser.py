@@ -86,12 +86,14 @@ class StepCloser:
                     self._finder.rescan(root)
             except Exception as e:  # noqa: BLE001
                 self._guard.fault("rescan", e)
-        if buf.manual is not None and "update" not in off:  # what the script's own update did (see before_manual)
+        # what the script's own update did (see before_manual); an optimizer that stepped (one made before the
+        # observation began, which no construction hook saw) measured its own update at its step
+        manual, buf.manual = buf.manual, None
+        if manual is not None and not buf.stepped and "update" not in off:
             try:
-                self._grads.update(buf.manual)
+                self._grads.update(manual)
             except Exception as e:  # noqa: BLE001
                 self._guard.fault("update", e)
-            buf.manual = None
         if "grads" not in off:
             try:
                 self._grads.step_stats(buf)
