@@ -45,6 +45,28 @@ def test_weights_outside_any_optimizer_are_unchanged_whatever_else_steps():
     assert {e.module for e in _weights_run(stepped_every=5, in_optimizer=False)} == {"a", "b"}
 
 
+def test_weights_found_unchanged_between_sparse_samples_are_dated_from_the_step_after_the_earlier():
+    """Sampled every 10th step: weights bit-identical at 30 and 40 took no update from step 31 (a backbone unfrozen
+    at 25 and first read at 30). Between samples the family holds back what comes after the last one, so the
+    events still come out in step order."""
+    from neuraldbg_cli.reason.families.weights import WeightObserver
+
+    mon, events = _monitor(["a", "b"], in_optimizer=False)
+    (weights,) = [o for o in mon.observers if isinstance(o, WeightObserver)]
+    for step in range(80):
+        sampled = step % 10 == 0
+        rec = StepRecord(step=step, sampled=sampled, stepped=(OWNERS,))
+        if sampled and step >= 30:
+            for n in ("a", "b"):
+                rec.grads[("G", n)] = GradStats(norm=0.1, numel=100, weight_norm=1.0, checksum=(7,))
+        mon.observe(rec)
+        if step == 35:
+            assert weights.floor(35) == 31
+    mon.finish()
+    unchanged = [e for e in events if e.to == "unchanged"]
+    assert {e.module for e in unchanged} == {"a", "b"} and {e.step for e in unchanged} == {31}, unchanged
+
+
 def test_a_gradient_growing_from_zero_by_construction_is_not_exploding():
     """LoRA: A's gradient is 0, then ~1e-6 while B is ~0, then grows to its model's scale."""
     mon, events = _monitor([f"l{i}" for i in range(4)] + ["lora_A"])

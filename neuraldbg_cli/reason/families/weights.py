@@ -56,12 +56,20 @@ class WeightObserver(Observer):
         # costs one dict entry per optimizer; they are expanded to (root, module) pairs on sampled steps only
         self.stepped_since: dict[int, Collection[tuple[str, str]]] = {}
         self.ever_stepped: dict[int, Collection[tuple[str, str]]] = {}
+        self.read_at: dict[tuple, int] = {}  # key -> the sampled step its weights were last read
+        self.last_sample: int | None = None  # the last sampled step read
+
+    def floor(self, now: int) -> int:
+        """Weights found bit-identical are dated from the step after their previous read (see observe): until the
+        next sample, nothing after the last one is released."""
+        return min(now, self.last_sample + 1) if self.last_sample is not None else now
 
     def observe(self, rec: StepRecord) -> None:
         for owners in rec.stepped:
             self.stepped_since[id(owners)] = owners  # (held here, so the id stays this collection's)
         if not rec.sampled:
             return  # weights are read on sampled steps only
+        self.last_sample = rec.step
         self.ever_stepped.update(self.stepped_since)
         since = set().union(*self.stepped_since.values())
         resting = set().union(*self.ever_stepped.values()) - since
@@ -105,6 +113,8 @@ class WeightObserver(Observer):
             for name, gs, info, key, ratio, ratio_big, collapsing, first, last, cos in rows:
                 prev = self.last_weights.get(key)
                 now = self.last_weights[key] = gs.checksum
+                read, at = self.read_at.get(key), rec.step
+                self.read_at[key] = rec.step
                 grad = self.board.grad_since.pop((root, name), None)
                 gmachine = self.board.machines.get(("grad", root, name))
                 grad_ok = gmachine is None or (gmachine.state == GRAD_HEALTHY and gmachine.cand is None)
@@ -118,6 +128,9 @@ class WeightObserver(Observer):
                     if (root, name) in resting and info is not None and info.in_optimizer:
                         continue  # its optimizer did not step since the last sample: nothing was meant to move it
                     state = UNCHANGED
+                    # bit-identical to the last read: no update took since the step after it (weights unfrozen
+                    # between samples are first read at the next one; the updates in between changed nothing)
+                    at = min(rec.step, read + 1) if read is not None else rec.step
                 elif ascending_model and cos is not None and cos > th.update_ascent:
                     state = ASCENDING
                 elif collapsing_model and collapsing:
@@ -145,7 +158,7 @@ class WeightObserver(Observer):
                     key,
                     UPDATING,
                     state,
-                    rec.step,
+                    at,
                     metrics,
                     ETYPE,
                     "weights",
