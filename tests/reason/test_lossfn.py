@@ -30,6 +30,9 @@ def stats(name, inp, tgt=None, lo=-1.0, hi=1.0, rows=None, classes=None, reducti
         (stats("cross_entropy", (64, 10), (64,), 0.0, 0.6, 1e-7, 10), "probabilities_to_ce"),
         (stats("cross_entropy", (64, 10), (64,), -3.0, 4.0, 2.5, 10), "normal"),  # logits
         (stats("cross_entropy", (64, 10), (64,), 0.0, 0.9, 0.4, 10), "normal"),  # in [0, 1], rows not 1: logits
+        # 6 rows of 2 classes (12 values, too few for the range alone): rows that sum to 1 are softmax's
+        (stats("cross_entropy", (6, 2), (6,), 0.1, 0.9, 1e-7, 2), "probabilities_to_ce"),
+        (stats("cross_entropy", (6, 2), (6,), -0.4, 0.9, 1e-7, 2), "normal"),  # a negative value: logits
         (stats("cross_entropy", (64, 10), (64,), 0.0, 0.6, 5e-3, 10, dtype="bfloat16"), "probabilities_to_ce"),
         (stats("binary_cross_entropy_with_logits", (64, 1), (64, 1), 0.02, 0.97), "probabilities_to_logits_loss"),
         (stats("binary_cross_entropy_with_logits", (64, 1), (64, 1), -2.0, 3.0), "normal"),

@@ -65,7 +65,7 @@ LOG_PROB_LOSSES = ("nll_loss", "kl_div", "ctc_loss")  # their input is log-proba
 HALF = ("float16", "bfloat16")
 SQUASHING = frozenset({"Sigmoid", "Softmax", "Hardsigmoid", "Clamp", "ClampMin", "ClampMax"})  # outputs in [0, 1]
 LOG_OUTPUTS = frozenset({"LogSoftmax", "LogSigmoid"})
-MIN_VALUES = 16  # values a [0, 1] range is judged on: one or two logits may well lie in [0, 1] by chance
+MIN_VALUES = 16  # values a [0, 1] range alone is judged on: one or two logits may well lie in [0, 1] by chance
 MISUSE = tuple(s.value for s in S if s is not S.normal)
 UNSEEN_STEP = 0.45  # a summed loss under a manual update (no optimizer): a note below presence (see loss_misuse)
 # how sure each state is that the loss is called wrongly (sum_reduction: see loss_misuse)
@@ -102,18 +102,21 @@ def classify_loss_call(s: LossCallStats, th: Thresholds) -> str:
     n = math.prod(s.input_shape)
     lo, hi = s.min, s.max
     row_tol = th.loss_row_tol * (16 if s.dtype in HALF else 1)
-    unit = n >= MIN_VALUES and lo >= 0 and hi <= 1  # False for NaN
-    rows_one = s.row_sum_dev is not None and s.row_sum_dev <= row_tol
+    in_unit = lo >= 0 and hi <= 1  # False for NaN
+    unit = n >= MIN_VALUES and in_unit
+    # rows that all sum to 1 with every value in [0, 1] are probabilities however few values there are: logits hit
+    # a row sum of 1 within the tolerance by chance about once in a thousand rows, on every sampled step
+    rows_one = in_unit and s.row_sum_dev is not None and s.row_sum_dev <= row_tol
     # where the input comes from decides when it is known (a sigmoid's output, or logits that happen to lie in
     # [0, 1] near initialisation: a GAN discriminator's); the range test stands in only without a graph
     made = s.source
     squashed = made in SQUASHING if made is not None else unit
-    if s.name == "cross_entropy" and (s.classes or 0) >= 2 and unit and rows_one and made not in LOG_OUTPUTS:
+    if s.name == "cross_entropy" and (s.classes or 0) >= 2 and rows_one and made not in LOG_OUTPUTS:
         return S.probabilities_to_ce.value
     if s.name == "binary_cross_entropy_with_logits" and unit and squashed:
         return S.probabilities_to_logits_loss.value
     if s.name in LOG_PROB_LOSSES:
-        if (s.classes or 0) >= 2 and unit and rows_one:
+        if (s.classes or 0) >= 2 and rows_one:
             return S.probabilities_to_nll.value
         if hi > th.loss_logprob_tol:
             return S.logits_to_nll.value
