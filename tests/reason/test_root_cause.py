@@ -139,6 +139,22 @@ def test_a_weight_decay_of_one_is_named_in_the_loss_symptom_it_produced():
     assert hyps[0].suggestions[0].startswith("lower weight_decay (1 with SGD)")
 
 
+@pytest.mark.parametrize("first_step,carrier", [(0, Kind.loss_plateau), (300, Kind.no_gradient)])
+def test_a_weight_decay_acts_from_its_optimizers_first_step(first_step, carrier):
+    """Adam with weight_decay=1 (graykode's BiLSTM with attention): the loss sits at ln 2 from step 0, the weights
+    are under 5% of their start by step 500, and they pass no gradient from 2365. The shrink seen at 500 pulled
+    from the optimizer's first step: the stall from step 0 is its doing and carries it. An optimizer that only
+    began at 300 cannot have made a stall that began at 0."""
+    evs = [ev(UPD, s, m, "updating", "collapsing", "weights", weight_ratio=0.05) for s in (500, 680) for m in ("m0", "m2")]
+    evs.append(ev(LOSS, 0, None, "normal", "plateau", "loss", loss=0.686, start=0.684, best=0.684, improvement=0.0))
+    evs += [ev(GRAD, 2365, m, "healthy", "absent", "param") for m in ("m0", "m2")]
+    opt = optimizer("Adam", 1e-3, weight_decay=1.0)
+    opt[0]["lr_at"] = [[first_step, 1e-3]]
+    hyps = explain(evs, MODELS, opt)
+    assert hyps[0].kind == carrier, hyps
+    assert "weight decay collapses the weights" in hyps[0].summary.lower()
+
+
 @pytest.mark.parametrize("wd,named", [(1.0, True), (5e-4, False)])
 def test_a_weight_decay_of_one_is_named_on_the_plateau_where_the_weights_never_shrank(wd, named):
     """Logistic regression under SGD with weight_decay=1: the two weights start near 0 and stay small (nothing

@@ -199,11 +199,17 @@ def weight_decay_setting(ctx: Context) -> SettingCause | None:
     if not large:
         return None
     wd, opt = max(large)
+    began = onset
+    # the decay pulls from its optimizer's first step: the shrink seen at `onset` accumulated since, and so may a
+    # stall that began before it was seen (Adam's L2 at 1 holds a loss at chance from step 0, the weights are
+    # under 5% of their start by step 500)
+    onset = min(onset, _first_step(ctx, wd))
     statement = (
-        f"weight decay shrinks the weights: weight_decay={wd:g} with {opt} halves them by step {onset}, so each "
+        f"weight decay shrinks the weights: weight_decay={wd:g} with {opt} halves them by step {began}, so each "
         f"update is large against them"
         if shrunk
-        else f"weight decay collapses the weights: weight_decay={wd:g} with {opt} shrinks them toward 0 from step {onset}"
+        else f"weight decay collapses the weights: weight_decay={wd:g} with {opt} shrinks them toward 0 (under "
+        f"{th.weight_collapse_frac:.0%} of their first size from step {began})"
     )
     # a flat (or, under SGD's pull between the loss and the decay, climbing) loss is what the user sees; then
     # weights too small to pass a gradient on or to move; "no gradient" and dead units (a detach, a ReLU) are the
@@ -214,6 +220,25 @@ def weight_decay_setting(ctx: Context) -> SettingCause | None:
         (Kind.no_gradient, Kind.dead_activation),
     )
     return _decay_cause(wd, opt, onset, statement, tiers, _evidence(evs, 3))
+
+
+def _first_step(ctx: Context, wd: float) -> int:
+    """The first step recorded of the optimizers with a group at weight_decay `wd` (model.json's lr_at: their lr
+    is read from their first step); 0 when none was recorded."""
+    firsts = [
+        float(points[0][0])
+        for o in ctx.optimizers
+        if any(
+            isinstance(g, dict) and _number(g.get("weight_decay")) and float(g["weight_decay"]) == wd
+            for g in o.get("groups") or []
+        )
+        and isinstance(points := o.get("lr_at"), list)
+        and points
+        and isinstance(points[0], list)
+        and points[0]
+        and _number(points[0][0])
+    ]
+    return int(min(firsts)) if firsts else 0
 
 
 def _decay_cause(
