@@ -139,6 +139,12 @@ class Thresholds(BaseModel):
         description="losses per window when judging a loss oscillation (over the "
         "latest 2 windows); the reasoner reads it as the oscillation's dating slack",
     )
+    prior_band: float = Field(
+        0.03,
+        description="a class loss whose recent median lies within this fraction of its labels' entropy (what "
+        "predicting each class at its frequency scores) sits at the prior: a model that learned nothing from its "
+        "inputs; the batches' own label mix puts a constant predictor ~(C-1)/(2 batch) above it",
+    )
     plateau_improvement: float = Field(
         0.25,
         description="a loss whose recent median never got this fraction "

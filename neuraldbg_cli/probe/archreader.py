@@ -53,6 +53,9 @@ class ArchReader:
         found = lossprobe.values(name, x, t, red, type(module).__name__ if module is not None else None)
         if found is not None:
             buf.extend("loss_call", name, *found)
+            counts = lossprobe.label_counts(name, x, t)
+            if counts is not None:
+                buf.add("loss_counts", name, counts)
 
     def claim_attention(self, st: ForwardThread, module: torch.nn.Module) -> None:
         """The module whose forward made the pending attention call ends: the values are its (first per step)."""

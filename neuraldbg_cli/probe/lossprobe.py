@@ -26,6 +26,7 @@ from neuraldbg_cli.probe import tensorstats as ts
 ELEMENTWISE = frozenset({"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "poisson_nll_loss"})
 # losses that read a class dim of the input (dim 1, or 0 for an unbatched input), and kl_div (the last dim)
 CLASS_LOSSES = ("cross_entropy", "nll_loss")
+PRIOR_CLASSES = 256  # class losses over at most this many classes count their labels (see label_counts)
 # torch.nn.functional losses observed (besides provenance.FLOAT_TARGET_LOSSES, whose targets are also data);
 # ctc_loss takes log-probabilities (time, batch, classes), like nll_loss
 EXTRA_LOSSES = (*CLASS_LOSSES, "ctc_loss")
@@ -125,6 +126,24 @@ _SHAPE_OPS = frozenset(
         "ToCopy",
     )
 )
+
+
+def label_counts(name: str, x: torch.Tensor, t: torch.Tensor | None) -> torch.Tensor | None:
+    """How many of a class loss's targets fall in each class (a 1-d device tensor of its C counts), for class
+    indices with C <= PRIOR_CLASSES: the labels' own frequencies, whose entropy is what a model that ignores its
+    inputs scores. A scatter, not a bincount (whose size depends on the data: a device sync); targets out of range
+    (ignore_index) go to a bin of their own, dropped."""
+    if name not in CLASS_LOSSES or t is None or t.is_floating_point() or t.numel() == 0:
+        return None
+    dim = _class_dim(name, x)
+    classes = int(x.shape[dim]) if dim is not None else 0
+    if not 2 <= classes <= PRIOR_CLASSES or t.numel() * classes != x.numel():
+        return None
+    td = t.detach().reshape(-1).long()
+    idx = torch.where((td >= 0) & (td < classes), td, classes)
+    counts = torch.zeros(classes + 1, dtype=torch.float32, device=td.device)
+    counts.scatter_add_(0, idx, torch.ones_like(idx, dtype=torch.float32))
+    return counts[:classes]
 
 
 def source_op(x: torch.Tensor) -> str | None:

@@ -320,6 +320,7 @@ class LossCallStats:
     source: str | None = None  # the autograd op that made the input (lossprobe.source_op); None: no graph
     one_class: float | None = None  # 1.0: every class index of the batch is the same (None: not read)
     first_target: float | None = None  # the batch's first class index (with one_class)
+    counts: tuple[float, ...] | None = None  # class indices of the batch per class (lossprobe.label_counts)
 
 
 @dataclass(slots=True)

@@ -183,3 +183,18 @@ def test_ctc_loss_takes_log_probabilities(head, state, as_module):
     calls = [r.loss_calls["ctc_loss"] for r in rec.records]
     assert all(c.classes == 6 and c.terms == 3 and c.input_shape == (10, 3, 6) for c in calls)
     assert [classify_loss_call(c, Thresholds()) for c in calls] == [state] * 2
+
+
+def test_label_counts_counts_class_indices_and_drops_ignored_ones():
+    import torch
+
+    from neuraldbg_cli.probe.lossprobe import label_counts
+
+    x = torch.randn(6, 4)
+    t = torch.tensor([0, 2, 2, -100, 3, 2])  # -100: cross_entropy's ignore_index
+    assert label_counts("cross_entropy", x, t).tolist() == [1.0, 0.0, 3.0, 1.0]
+    seq = torch.randn(2, 4, 5)  # (N, C, d): targets (N, d)
+    assert label_counts("cross_entropy", seq, torch.zeros(2, 5, dtype=torch.long)).tolist() == [10.0, 0.0, 0.0, 0.0]
+    assert label_counts("cross_entropy", x, torch.rand(6, 4)) is None  # class probabilities, not indices
+    assert label_counts("mse_loss", x, t) is None
+    assert label_counts("cross_entropy", torch.randn(6, 1000), t) is None  # too many classes to count

@@ -26,6 +26,7 @@ from neuraldbg_cli.trace.events import EventType, Hypothesis, Kind, StepRecord
 from neuraldbg_cli.vocab import SOFTMAX_TYPES
 
 CLASS_LOSSES = ("cross_entropy", "nll_loss")  # losses over a class dim whose uniform guess scores ln(classes)
+PRIOR_LABELS = 64  # labels counted before their entropy stands for the labels' frequencies
 ETYPE = EventType.optimizer_instability.value
 
 
@@ -39,6 +40,7 @@ class LossObserver(Observer):
         self.prev_active: set[str] = set()
         self.losses_seen = 0
         self.last_loss: float | None = None
+        self.counts: dict[str, list[float]] = {}  # series -> its class loss's labels per class, so far
 
     def observe(self, rec: StepRecord) -> None:
         if rec.active:
@@ -64,6 +66,13 @@ class LossObserver(Observer):
         # of hard data scores (click-through rates: 0.50 against 0.69), so learning cannot be told from it
         if call.name in CLASS_LOSSES and call.reduction == "mean" and (call.classes or 0) >= 2:
             series.chance = math.log(call.classes or 2)
+            if call.counts is not None:  # the labels' own frequencies so far: their entropy (see LossSeries.prior)
+                seen = self.counts.setdefault(name, [0.0] * len(call.counts))
+                if len(seen) == len(call.counts):
+                    seen[:] = [a + b for a, b in zip(seen, call.counts)]
+                    total = sum(seen)
+                    if total >= PRIOR_LABELS:
+                        series.prior = -sum(c / total * math.log(c / total) for c in seen if c > 0)
 
     def _reset_loss(self, active: set[str]) -> None:
         """Loss series of models no longer trained are dropped: a new model's curve starts afresh."""
@@ -211,7 +220,12 @@ def _loss_rule(
             f"{phrase} from step {first.step}: loss {m.get('recent', m.get('loss', 0)):.4g} now vs "
             f"{m.get('start', 0):.4g} at the start (best {m.get('best', 0):.4g})."
         )
-        if "chance" in m:  # it fell from a blow-up at initialisation to guessing (LossSeries.reference)
+        if "prior" in m:  # held at the labels' entropy (LossSeries.at_prior)
+            summary = summary[:-1] + (
+                f", no better than predicting each class at its frequency: the labels' entropy, {m['prior']:.4g}, is "
+                "what a model that ignores its inputs scores, and the loss sits there."
+            )
+        elif "chance" in m:  # it fell from a blow-up at initialisation to guessing (LossSeries.reference)
             classes = round(math.exp(m["chance"]))
             guess = "0.5 for every target" if classes == 2 else f"each of the {classes} classes equally likely"
             summary = summary[:-1] + (
@@ -247,8 +261,9 @@ def loss_plateau(ctx: Context) -> Hypothesis | None:
     if h is not None and unpaired and guessing is not None:
         h.summary += (
             f"{guessing} Nothing else is wrong in the network (gradients reach every layer, the steps are in scale, "
-            "no unit is dead or saturated): what the model is given does not predict its labels, as when inputs "
-            "and labels are shuffled apart."
+            "no unit is dead or saturated): what reaches its head carries nothing about the label, as when inputs "
+            "and labels are shuffled apart, or the head reads a position every sample shares (an RNN's first "
+            "step instead of its last)."
         )
     elif h is not None and unpaired:  # a plateau below chance: a model that learned something, from its inputs
         h.suggestions = [t for t in h.suggestions if t != PAIRING_TIP]
@@ -263,7 +278,7 @@ def _at_chance(ctx: Context) -> str | None:
     if not evs:
         return None
     m = min(evs, key=lambda e: e.step).metrics
-    if m.get("chance") is not None:
+    if m.get("chance") is not None or m.get("prior") is not None:
         return ""
     level, chance = m.get("recent"), m.get("chance_level")
     if not isinstance(level, float) or not isinstance(chance, float) or not level >= CHANCE_BAND * chance:
@@ -278,7 +293,8 @@ CHANCE_BAND = 0.9  # a class loss above this fraction of ln(C) learned nothing f
 PAIRING_TIP = (
     "check that each input keeps its own label: shuffle inputs and labels with one permutation "
     "(idx = torch.randperm(n); x, y = x[idx], y[idx]) or shuffle a Dataset of (x, y) pairs; check that the labels "
-    "come from the right column or file and that the inputs differ from sample to sample"
+    "come from the right column or file, that the inputs differ from sample to sample, and that the head reads "
+    "what differs (an RNN's output at the last step, outputs[-1] or the final hidden state, not outputs[0])"
 )
 
 

@@ -306,6 +306,10 @@ class LossSeries(OscillationTest):
         self.alone = True  # never reported in the same step as another series (a GAN's G and D: a game)
         self.fall_from: int | None = None  # first step of the latest stretch below the mirror of its start
         self._extra: dict[str, Any] | None = None  # the latest judgement's own metrics (see metrics)
+        # the entropy of the class loss's labels seen so far (the loss observer): what predicting each class at
+        # its frequency scores, the best a model that ignores its inputs can do
+        self.prior: float | None = None
+        self.prior_since: int | None = None  # the step its latest window's median came within prior_band of it
 
     def add(self, step: int, loss: float) -> tuple[str, int, dict[str, Any]]:
         """A finite loss: returns (state, onset step, metrics)."""
@@ -421,7 +425,35 @@ class LossSeries(OscillationTest):
         if self.plateau(noise):
             self._extra = {"improvement": None}  # filled in by metrics: only a reported plateau reads it
             return PLATEAU, max(self.first_step, step - th.plateau_min_losses + 1)
+        if self.at_prior(step, noise):
+            self._extra = {"improvement": None, "prior": self.prior}
+            return PLATEAU, max(self.first_step, min(self.prior_since or step, step - th.plateau_min_losses + 1))
         return NORMAL, step
+
+    def at_prior(self, step: int, noise: float | None) -> bool:
+        """A class loss held at its labels' entropy (within prior_band), quiet and not falling, for a plateau's
+        length, whatever it fell from: the model predicts each class at its frequency and nothing from its
+        inputs (an output read at a position every sample shares, inputs shuffled apart from their labels, an
+        input that never reaches the head). A model that uses its inputs, however weakly, scores below it."""
+        th = self.th
+        if self.prior is None or self.raw or not self.alone or self.n < th.plateau_min_losses or noise is None:
+            return False
+        k = min(th.plateau_min_losses, len(self.late))
+        level = self._x(statistics.median(list(self.late)[-k:]))
+        if level is None or abs(level - self.prior) > th.prior_band * self.prior:
+            self.prior_since = None
+            return False
+        if self.prior_since is None:  # dated where the window that first sat there began
+            self.prior_since = max(self.first_step, step - k + 1)
+        # not on its way below it: at the pace of its latest window (its halves' medians lie h steps apart) it
+        # would not get prior_band under the prior within plateau_horizon times the losses seen so far (a loss
+        # creeping onto the prior is a model converging to the constant prediction)
+        h = len(self.late) // 2
+        late = list(self.late)
+        later = statistics.median(late[h:])
+        fall = statistics.median(late[:h]) - later
+        gap = later - self._y(self.prior * (1 - th.prior_band))
+        return fall / max(1, h) * th.plateau_horizon * self.n < gap
 
     def plateau(self, noise: float | None) -> bool:
         """Long enough, never improved beyond its noise since the start, not falling now, and far above its noise (a
@@ -457,6 +489,8 @@ class LossSeries(OscillationTest):
         onset = step - 2 * self.th.loss_window  # an oscillation is dated at its window's start
         if self.alone and not self.raw and not self.improved(self._noise):
             onset = min(onset, step - self.th.plateau_min_losses + 1)  # a plateau may still be recognised
+        if self.prior_since is not None and not diverged:
+            onset = min(onset, self.prior_since)  # a plateau at the prior may still be recognised
         if self.rise_from is not None and not diverged:
             onset = min(onset, self.rise_from)
         if self.fall_from is not None and not diverged:
