@@ -34,7 +34,7 @@ def hyp_of(events):
 def test_units_an_improving_run_left_behind_are_a_note():
     hyp = hyp_of([dead(30, "fc2", baseline_std=0.42, loss_at=0.6), summary(**{"loss_now.Net": 0.21})])
     assert hyp is not None and hyp.confidence < 0.5
-    assert "left alive carry the learning" in hyp.summary and "0.6 -> 0.21" in hyp.summary
+    assert "left alive carry the learning" in hyp.summary and "0.6 -> 0.21" in hyp.summary, hyp.summary
 
 
 def test_units_that_died_while_the_loss_stalled_count():

@@ -200,31 +200,24 @@ def dead_activation(ctx: Context) -> Hypothesis | None:
         tips = lower_lr(ctx, at) + tips if _lr_above_usual(ctx, at) else tips[:1] + lower_lr(ctx, at) + tips[1:]
         fixes = lower_lr_fix(ctx, at)
     phrase = "Most ReLU units never activate on a whole batch (dead)"
-    stalled = [e for e in evs if _learned(ctx, e) is None]
-    if stalled or not evs or _lr_above_usual(ctx, at) or oversized_updates(ctx):
-        # units that died while the loss stalled, or under steps out of scale (the lr's damage), are harm
-        return _activation_rule(ctx, "dead", Kind.dead_activation, 0.62, tips, phrase, fixes, evs)
-    # every layer died after a normal start, under steps in scale, and the loss kept improving after it: the units
-    # left alive carry the learning (an over-wide layer on easy data); listed, weak
     hyp = _activation_rule(ctx, "dead", Kind.dead_activation, 0.62, tips, phrase, fixes, evs)
-    if hyp is not None:
-        _excuse(ctx, hyp, evs, "died")
+    learned = bool(evs) and all(_learned(ctx, e) is not None for e in evs)
+    if hyp is not None and learned and not _lr_above_usual(ctx, at) and not oversized_updates(ctx):
+        # every layer died after a normal start, under steps in scale, and the loss kept improving after it: the
+        # units left alive carry the learning (an over-wide layer on easy data). Units that died while the loss
+        # stalled, or under steps out of scale (the lr's damage), are harm
+        _excuse(ctx, hyp, evs, "died", "the units left alive carry the learning, training is not harmed: a note")
     return hyp
 
 
-def _excuse(ctx: Context, hyp: Hypothesis, evs: list[Event], what: str) -> None:
+def _excuse(ctx: Context, hyp: Hypothesis, evs: list[Event], what: str, verdict: str) -> None:
     """A layer state the model learned through: below the 0.5 that --fail-on reads, with the loss it reached."""
     first = min(evs, key=lambda e: (e.step, ctx.order(e)))
     at, now = _learned(ctx, first) or (0.0, 0.0)
     hyp.confidence = round(hyp.confidence * LEARNED_FACTOR, 3)
     hyp.summary += (
         f" Each {what} after a normal start, and the loss kept improving after it ({at:.4g} -> {now:.4g} from "
-        f"step {first.step}): "
-        + (
-            "the units left alive carry the learning, training is not harmed: a note, not a problem."
-            if what == "died"
-            else "saturation the model learned its way into, not a stall."
-        )
+        f"step {first.step}): {verdict}."
     )
 
 
@@ -291,7 +284,7 @@ def saturated_activation(ctx: Context) -> Hypothesis | None:
     # confident (bounded units driven to their rails by what it learned), training did not stall; kept, weak
     hyp = _activation_rule(ctx, "saturated", Kind.saturated_activation, 0.62, tips, phrase, fixes, evs)
     if hyp is not None:
-        _excuse(ctx, hyp, evs, "began")
+        _excuse(ctx, hyp, evs, "began", "saturation the model learned its way into, not a stall")
     return hyp
 
 
