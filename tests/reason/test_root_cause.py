@@ -433,3 +433,19 @@ def test_a_dead_layer_leads_the_still_gradients_it_makes_and_no_weight_is_called
     hyps = observe("dead_relu.py").report["hypotheses"]
     assert hyps[0]["kind"] == "dead_activation", hyps
     assert "unchanged_weights" not in [h["kind"] for h in hyps]
+
+
+def test_what_a_too_large_lr_produced_quotes_its_target_once():
+    """The lr named as the root: its own target is the first suggestion of everything it produced, and the rules'
+    own lr targets (under a warm-up, the same lr quoted from each symptom's onset in other words) are not repeated
+    beside it (nanoGPT at lr 1)."""
+    evs = [ev(UPD, 0, m, "updating", "oversized", "weights", update_ratio=0.7) for m in ("m0", "m2")]
+    evs.append(ev(LOSS, 30, None, "normal", "plateau", "loss", recent=3.0, start=3.9, best=3.0, improvement=0.1))
+    evs.append(ev(GRAD, 3, "m0", "healthy", "exploding", "param", rms=500.0))
+    opt = optimizer("AdamW", 1.0)
+    opt[0]["lr_at"] = [[i, 0.01 * (i + 1)] for i in range(100)] + [[100, 1.0]]  # a warm-up to 1 over 100 steps
+    produced = [h for h in explain(evs, MODELS, opt, every=1) if h.confidence >= 0.5]
+    assert len(produced) == 2, produced
+    for h in produced:
+        assert h.suggestions[0].startswith("lr=1 with AdamW (0.02 when it began at step 0"), h.suggestions
+        assert sum(t.startswith("lr=") for t in h.suggestions) == 1, h.suggestions

@@ -130,7 +130,8 @@ def learning_rate_setting(ctx: Context) -> SettingCause | None:
         fix,
         tiers,
         _evidence(evs, 3),
-        contradicts=("raise the learning rate",),
+        # its own lr target goes first; the rules' targets quote the same lr from their own onsets
+        contradicts=("raise the learning rate", *(("lr=",) if fix.startswith("lr=") else ())),
         ends=_last_in_force(ctx, evs, "oversized"),
         fixes=lower_lr_fix(ctx, onset),
     )
