@@ -171,6 +171,32 @@ class GradReader:
                     grads.append(ts.sample(g.detach().reshape(-1)).to(torch.float32, copy=True))
         return before._replace(grads=grads)
 
+    def kept_grads(self, buf: StepBuffer, before: UpdateBefore) -> None:
+        """A backward pass begins after a sampled backward-counted step (before_manual): whether every gradient read
+        then is still there, bit for bit and not all zeros, while the weights moved since (the script updated them
+        and zeroed nothing: `w.grad.zero_()` left out, so autograd adds this pass to the last). Weights that did not
+        move are micro-batches accumulated on purpose. One 0-d value (`manual_kept`), no sync."""
+        grads = before.grads
+        if grads is None:
+            return
+        params = [before.ps.params[i] for i in before.ps.moved]
+        views = self._samples(before.ps).views
+        kept, moved = [], []
+        with torch.no_grad():
+            for p, g0, w0, v in zip(params, grads, before.samples, views):
+                if g0 is None or v.shape != w0.shape:
+                    continue
+                g = p.grad
+                if g is None or g.layout is not _STRIDED or g.shape != p.shape:
+                    return  # cleared (set to None): zeroed
+                now = ts.sample(g.detach().reshape(-1))
+                kept.append(torch.logical_and((now.float() == g0).all(), (g0 != 0).any()))
+                moved.append((v.float() != w0).any())
+            if not kept:
+                return
+            value = torch.logical_and(torch.stack(kept).all(), torch.stack(moved).any()).float()
+        buf.add("manual_kept", None, value)
+
     def update(self, before: UpdateBefore) -> None:
         """After the optimizer step (or a manual update: before_manual): see before_update. With the gradient
         kept, also each parameter's update dotted with it (`update_dot`, scaled to the whole tensor as a squared

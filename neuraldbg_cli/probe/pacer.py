@@ -54,6 +54,7 @@ class StepPacer:
         self._closure = False  # the optimizer step under way was given a closure: read gradients after it
         self._before: UpdateBefore | None = None  # of the sampled optimizer step under way
         self._versions: int | None = None  # before any optimizer step: the parameters' versions at the last backward
+        self._manual: UpdateBefore | None = None  # the last sampled backward-counted step's (see kept_grads)
 
     # ---- optimizer steps ----
 
@@ -247,7 +248,7 @@ class StepPacer:
                 self._guard.fault("grads", e)
             if buf.sampled and not self._opts.optimizers and "update" not in self._guard.off:
                 try:  # no optimizer: the script's own update follows, measured when the step closes
-                    buf.manual = self._grads.before_manual(buf, self._sets.every())
+                    buf.manual = self._manual = self._grads.before_manual(buf, self._sets.every())
                 except Exception as e:  # noqa: BLE001
                     self._guard.fault("update", e)
         self._loop.backward_end(self._steps.buf, inside=bool(self.clock.depth))
@@ -267,6 +268,12 @@ class StepPacer:
         """A backward pass begins: a due backward-counted step closes (close_due), and the loop checks whether the
         gradients were zeroed since each optimizer's last step (see loopprobe)."""
         self.close_due()
+        manual, self._manual = self._manual, None
+        if manual is not None and not self._opts.optimizers and "update" not in self._guard.off:
+            try:  # were the last sampled manual step's gradients zeroed since?
+                self._grads.kept_grads(self._steps.buf, manual)
+            except Exception as e:  # noqa: BLE001
+                self._guard.fault("update", e)
         self._loop.backward_begin()
 
     def close_due(self) -> None:

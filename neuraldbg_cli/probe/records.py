@@ -42,7 +42,7 @@ HOLD_LIMIT = 1 << 22
 class Slot(NamedTuple):
     """Where some of a buffer's parts go on the host (see `_place`)."""
 
-    what: str  # "loss", "full", "grad", "weight", "update", "update_dot", "checksum", "loss_counts", "norm", "loss_call", "resid", "attn", "loop", "loopclear", "loopclip", "sampler" or "graphs"
+    what: str  # "loss", "full", "grad", "weight", "update", "update_dot", "checksum", "loss_counts", "manual_kept", "norm", "loss_call", "resid", "attn", "loop", "loopclear", "loopclip", "sampler" or "graphs"
     key: Any  # the series, the site (root, module, site), or the parameters' owners
     length: int  # values in the parts
     extra: Any  # what `_place` needs besides the values (a Layout, norm factors) or None
@@ -330,6 +330,8 @@ def _place(rec: StepRecord, what: str, key: Any, chunk: list[float], extra: Any)
         _place_norm(rec, key, chunk, extra)
     elif what == "loss_call":  # key: the loss name; extra: a lossprobe.LossLayout
         _place_loss_call(rec, key, chunk, extra)
+    elif what == "manual_kept":  # GradReader.kept_grads
+        rec.manual_kept = chunk[0]
     elif what == "loss_counts":  # key: the loss name, placed after its call (lossprobe.label_counts)
         call = rec.loss_calls.get(key)
         if call is not None:

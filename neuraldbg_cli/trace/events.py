@@ -390,6 +390,7 @@ class StepRecord:
     grads: dict[tuple[str, str], GradStats] = field(default_factory=dict)  # (root, module) -> stats
     norms: dict[tuple[str, str], NormStats] = field(default_factory=dict)  # (root, module) -> sampled steps only
     loss_calls: dict[str, LossCallStats] = field(default_factory=dict)  # loss name -> its first call, sampled steps
+    manual_kept: float | None = None  # 1.0: a manual update's gradient was still there at the next backward
     resid: dict[tuple[str, str], ResidStats] = field(default_factory=dict)  # (root, block) -> sampled steps only
     attn: dict[tuple[str, str], AttnStats] = field(default_factory=dict)  # (root, module) -> sampled steps only
     loop: dict[int, LoopStats] = field(default_factory=dict)  # optimizer (in the order first checked) -> its interval

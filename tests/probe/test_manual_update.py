@@ -65,3 +65,20 @@ def test_an_ascent_that_begins_late_is_no_flipped_sign():
 
     assert manual_ascent(Context(events=[up(0)], thresholds=Thresholds())) is not None
     assert manual_ascent(Context(events=[up(40)], thresholds=Thresholds())) is None
+
+
+def test_a_manual_loop_that_never_zeroes_its_gradients_is_a_loop_bug(observe):
+    """`w.grad.zero_()` left out of a manual loop: at the next backward pass the gradient is still there, bit for
+    bit, after the weights moved, so each update applies the sum of every gradient so far."""
+    obs = observe("manual_update.py", "--zero-after", "-1")
+    top = obs.report["hypotheses"][0]
+    assert top["kind"] == "loop_misuse" and "never zeroed between manual updates" in top["summary"], top
+    assert top["confidence"] >= 0.5 and "p.grad.zero_()" in top["suggestions"][0]
+
+
+def test_micro_batches_accumulated_before_a_manual_update_are_no_loop_bug(observe):
+    """Two backward passes per update, zeroed before the first: the gradient is still there at the second pass,
+    but the weights did not move in between (accumulation on purpose)."""
+    obs = observe("manual_update.py", "--accumulate", "2")
+    assert obs.proc.returncode == 0, obs.proc.stderr[-2000:]
+    assert obs.report["status"] == "healthy", obs.report["hypotheses"]

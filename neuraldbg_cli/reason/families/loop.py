@@ -161,6 +161,10 @@ class LoopObserver(Observer):
             self.board.feed(("loopbatch", name), S.normal.value, state, rec.step, metrics, etype, SITE, None, None)
 
     def observe(self, rec: StepRecord) -> None:
+        if rec.manual_kept is not None:  # a manual update's gradients at the next backward (GradReader.kept_grads)
+            kept = S.grads_not_zeroed.value if rec.manual_kept >= 0.5 else S.normal.value
+            etype = EventType.loop_health.value
+            self.board.feed(("loopmanual",), S.normal.value, kept, rec.step, {"manual": 1.0}, etype, SITE, None, None)
         if rec.loss_calls:
             self._batches(rec)
         if rec.graphs is not None:
@@ -276,6 +280,9 @@ def _finish(h: Hypothesis, site: _Site, **lines: str) -> Hypothesis:
 
 def _never_zeroed(ctx: Context, evs: list[Event]) -> Hypothesis:
     """Gradients never zeroed between an optimizer's steps: each step applies the sum of every gradient so far."""
+    if all(e.metrics.get("manual") for e in evs):
+        return _manual_never_zeroed(ctx, evs)
+    evs = [e for e in evs if not e.metrics.get("manual")]
     site = _site(ctx, evs)
     first, held, kind, step_at = site.first, site.held, site.kind, site.step_at
     onset = first.step
@@ -314,6 +321,27 @@ def _never_zeroed(ctx: Context, evs: list[Event]) -> Hypothesis:
         )
     h = _hyp(Kind.loop_misuse, conf, None, onset, summary, evs, tips, fixes=[fix("zero_grad", tips[0])])
     return _finish(h, site, backward_at=backward_at)
+
+
+def _manual_never_zeroed(ctx: Context, evs: list[Event]) -> Hypothesis:
+    """A script that updates its weights itself and never zeroes their gradients (the autograd tutorials'
+    `w.grad.zero_()` left out): each backward pass adds to the gradient of every pass before, so each manual
+    update applies the sum of every gradient so far (read at the next backward pass: still there, bit for bit,
+    after the weights moved)."""
+    first = min(evs, key=lambda e: e.step)
+    held = _still(ctx, evs, S.grads_not_zeroed.value)
+    conf = CONFIDENCE if held else ENDED
+    summary = (
+        "Gradients are never zeroed between manual updates: after the script updates the weights itself (no torch.optim "
+        f"optimizer), their .grad is still there, unchanged, when the next backward pass begins, from step "
+        f"{first.step} on, so autograd adds each pass to the last and each update applies the sum of every gradient "
+        "so far."
+    )
+    tips = [
+        "zero the gradients after each manual update: `with torch.no_grad(): p -= lr * p.grad` then `p.grad.zero_()` "
+        "(or model.zero_grad() before loss.backward())"
+    ]
+    return _hyp(Kind.loop_misuse, conf, None, first.step, summary, evs, tips)
 
 
 def _zeroed_before_step(ctx: Context, evs: list[Event]) -> Hypothesis:
