@@ -11,7 +11,7 @@ from itertools import chain
 from typing import Any
 
 from neuraldbg_cli.reason.families.advice import _lr_above_usual, lower_lr, lower_lr_fix
-from neuraldbg_cli.reason.families.context import Context, Event, _number
+from neuraldbg_cli.reason.families.context import Context, Event, _lr_history, _number
 from neuraldbg_cli.reason.families.evidence import _evidence
 from neuraldbg_cli.reason.fixspec import fix
 from neuraldbg_cli.trace.events import EventType, Kind
@@ -226,19 +226,12 @@ def weight_decay_setting(ctx: Context) -> SettingCause | None:
 def _first_step(ctx: Context, wd: float) -> int:
     """The first step recorded of the optimizers with a group at weight_decay `wd` (model.json's lr_at: their lr
     is read from their first step); 0 when none was recorded."""
-    firsts = [
-        float(points[0][0])
-        for o in ctx.optimizers
-        if any(
-            isinstance(g, dict) and _number(g.get("weight_decay")) and float(g["weight_decay"]) == wd
-            for g in o.get("groups") or []
-        )
-        and isinstance(points := o.get("lr_at"), list)
-        and points
-        and isinstance(points[0], list)
-        and points[0]
-        and _number(points[0][0])
-    ]
+    firsts = []
+    for o in ctx.optimizers:
+        groups = [g for g in o.get("groups") or [] if isinstance(g, dict)]
+        points = _lr_history(o.get("lr_at"), len(groups))
+        if points and any(_number(g.get("weight_decay")) and float(g["weight_decay"]) == wd for g in groups):
+            firsts.append(points[0][0])
     return int(min(firsts)) if firsts else 0
 
 
