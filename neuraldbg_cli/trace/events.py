@@ -127,6 +127,7 @@ class LossCallState(str, Enum):
     probabilities_to_nll = "probabilities_to_nll"  # a log-probability loss fed probabilities (softmax, not log)
     sum_reduction = "sum_reduction"  # reduction="sum" over many terms: gradients scale with the batch
     negated = "negated"  # the loss minimised is negative and falls, though made of losses that are never below 0
+    unbounded = "unbounded"  # the loss minimised dips below 0 now and then, though its loss calls never go below 0
 
 
 class LoopState(str, Enum):

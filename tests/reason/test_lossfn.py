@@ -189,3 +189,40 @@ def test_negative_losses_that_may_be_negative_are_not_called_negated():
     assert _signed_run([0.5] + falling, mse) == ([], None)
     # negative but not falling: a constant offset, not a maximised criterion
     assert _signed_run([-1.0 - 0.01 * i for i in range(12)], mse) == ([], None)
+
+
+def _dice_like(dips, n=60, level=1.5):
+    """A loss that sits near `level` with dips below 0 at the given {step: value}."""
+    return [dips.get(i, level + 0.05 * ((i * 7) % 5 - 2)) for i in range(n)]
+
+
+def test_a_loss_that_dips_below_zero_again_and_again_has_an_unbounded_term():
+    # BCEWithLogits + a Dice ratio of raw logits: the ratio's denominator passes through 0 on some batches
+    bce = {"binary_cross_entropy_with_logits": stats("binary_cross_entropy_with_logits", (16, 1, 32, 32),
+                                                     (16, 1, 32, 32), -3.0, 2.0)}
+    events, h = _signed_run(_dice_like({3: -0.6, 13: -1.4, 26: -4.5}), bce)
+    assert [(e.to, e.step) for e in events] == [("unbounded", 3)]
+    assert events[0].metrics["dips"] == 2 and events[0].metrics["deepest"] == -1.4
+    assert h is not None and h.kind == Kind.loss_misuse and h.origin.step == 3
+    assert "Dice" in h.summary and "F.binary_cross_entropy_with_logits" in h.summary
+    assert "sigmoid" in h.suggestions[0]
+
+
+def test_losses_below_zero_by_design_or_by_rounding_are_not_unbounded():
+    bce = {"binary_cross_entropy_with_logits": stats("binary_cross_entropy_with_logits", (64, 1), (64, 1))}
+    # one dip alone: it may be a batch of its own
+    assert _signed_run(_dice_like({20: -3.0}), bce) == ([], None)
+    # dips a fraction of the level below 0 (an entropy bonus subtracted at a small weight)
+    assert _signed_run(_dice_like({10: -0.1, 20: -0.2, 30: -0.1}), bce) == ([], None)
+    # a loss that moves below 0 and stays there (a learned log-variance term, an entropy bonus at the end)
+    crossing = [1.5 - 0.05 * i for i in range(60)]
+    assert _signed_run(crossing, bce) == ([], None)
+    # an actor-critic's summed episode loss: its policy term changes sign by design, and its positive values
+    # spread over orders of magnitude with the episode's length; its dips lie within that spread
+    episodes = [0.01 * 3 ** (i % 9) for i in range(60)]
+    episodes[20], episodes[45] = -5.0, -1.5
+    assert _signed_run(episodes, bce) == ([], None)
+    # no loss call bounded below 0 (a hand-written log-likelihood alone) or a policy loss per sample
+    assert _signed_run(_dice_like({3: -0.6, 13: -1.4}), {}) == ([], None)
+    policy = {"cross_entropy": stats("cross_entropy", (64, 4), (64,), classes=4, reduction="none")}
+    assert _signed_run(_dice_like({3: -0.6, 13: -1.4}), policy) == ([], None)

@@ -20,6 +20,7 @@ none): `loss_id` indexes LOSS_NAMES (append only), shapes are `input_0`, `input_
 from __future__ import annotations
 
 import math
+from bisect import insort
 from typing import Any
 
 from neuraldbg_cli.config import Thresholds
@@ -77,6 +78,7 @@ CONFIDENCE = {
     S.probabilities_to_nll.value: 0.85,
     S.sum_reduction.value: 0.6,
     S.negated.value: 0.85,
+    S.unbounded.value: 0.75,
 }
 UNSTABLE = ("diverging", "oscillating")  # loss states under which a summed reduction is a cause
 # losses that are never below 0 whatever their input (a misused log-probability loss can be: see logits_to_nll)
@@ -92,6 +94,9 @@ NON_NEGATIVE = frozenset(
     }
 )
 NEGATED_FALL = 3.0  # a negative loss that fell to this many times its first value keeps falling: it is maximised
+DIP_SHARE = 0.25  # at most this share of a loss's values below 0 are dips (more: the loss sits there, see _Dips)
+DIP_DEPTH = 0.5  # a dip this deep below 0, in units of the loss's usual (median positive) level, is no rounding
+DIP_SIGMA = 6.0  # ... and this many robust spreads of its positive values below their median: no tail of theirs
 
 
 def classify_loss_call(s: LossCallStats, th: Thresholds) -> str:
@@ -135,9 +140,75 @@ def _metrics(s: LossCallStats) -> dict[str, Any]:
     return m
 
 
+class _Dips:
+    """One loss series' excursions below 0 (runs of consecutive negative values) among its values, and the
+    median of its positive ones: what tells a term without a lower bound from a loss that sits below 0."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.negative = 0
+        self.runs: list[tuple[int, float, int]] = []  # (first step, deepest value, its step) of each dip
+        self.positive: list[float] = []  # sorted
+        self.below = False  # the latest value was < 0
+        self.fresh = False  # a value < 0 came since the last judgement (only a new dip can prove anything)
+        self.found: tuple[int, dict[str, Any]] | None = None
+
+    def add(self, step: int, loss: float) -> None:
+        self.n += 1
+        if loss >= 0:
+            insort(self.positive, loss)
+            self.below = False
+            return
+        self.negative += 1
+        self.fresh = True
+        if self.below:
+            first, deepest, at = self.runs[-1]
+            self.runs[-1] = (first, loss, step) if loss < deepest else (first, deepest, at)
+        else:
+            self.runs.append((step, loss, step))
+        self.below = True
+
+    def unbounded(self, since: int) -> tuple[int, dict[str, Any]] | None:
+        """Dips below 0 that recur (2 or more), a minority of the values (DIP_SHARE), the deepest at least
+        DIP_DEPTH times the loss's usual level below 0 and an outlier of its positive values (DIP_SIGMA robust
+        spreads below their median): dated at the first dip from `since` on. Why: a loss made of terms that
+        are each bounded below by 0 cannot go below 0; one that sits at a steady positive level and dips far
+        under 0 now and then has a term that is unbounded below on some batches: a ratio whose denominator
+        passes through 0 (a Dice or IoU score of raw logits, whose sums can be any sign), a log of a value
+        that reaches 0. A term negative by design moves the loss otherwise: an entropy bonus or a learned
+        log-variance takes it below 0 smoothly as it trains, and it stays there; a policy-gradient surrogate
+        summed over episodes spreads its positive values over orders of magnitude, its dips within them."""
+        if self.found is not None or not self.fresh:
+            return self.found
+        self.fresh = False
+        if len(self.runs) < 2 or not self.positive or self.negative > DIP_SHARE * self.n:
+            return None
+        level = _median(self.positive)
+        spread = 1.4826 * _median(sorted(abs(v - level) for v in self.positive))
+        deepest, at = min((d, s) for _, d, s in self.runs)
+        if -deepest < DIP_DEPTH * level or level - deepest < DIP_SIGMA * spread:
+            return None
+        first = next((s for s, _, _ in self.runs if s >= since), self.runs[-1][0])
+        metrics = {
+            "dips": len(self.runs),
+            "deepest": deepest,
+            "deepest_step": at,
+            "level": level,
+            "samples": self.n,
+            "negative": self.negative,
+        }
+        self.found = first, metrics
+        return self.found
+
+
+def _median(s: list[float]) -> float:
+    m = len(s) // 2
+    return s[m] if len(s) % 2 else (s[m - 1] + s[m]) / 2
+
+
 class LossCallObserver(Observer):
     """Per sampled step: the first call of each loss, classified; one machine per loss name. And the sign of
-    the loss the backward pass minimises (see _negated)."""
+    the loss the backward pass minimises (see _negated), and its dips below 0 (see _Dips)."""
 
     def __init__(self, board: Board) -> None:
         super().__init__(board)
@@ -145,6 +216,21 @@ class LossCallObserver(Observer):
         self.mixed = False  # some loss was called unreduced (weighted per sample: an RL policy loss)
         self.first: dict[str, tuple[int, float]] = {}  # series -> its first (step, loss) while all were negative
         self.positive: set[str] = set()  # series that were ever >= 0
+        self.dips: dict[str, _Dips] = {}
+
+    def _bounded_below(self) -> bool:
+        """Every loss the script called is reduced and never below 0: the sum it minimises cannot be either,
+        unless the script adds a term of its own."""
+        return not self.mixed and bool(self.criteria) and self.criteria <= NON_NEGATIVE
+
+    def floor(self, now: int) -> int:
+        """A dip below 0 is dated where it was, once later dips prove the loss unbounded: events are held
+        back from the first unproven dip, for up to plateau_min_losses steps."""
+        if not self._bounded_below():
+            return now
+        since = now - self.th.plateau_min_losses
+        pending = [d.runs for d in self.dips.values() if d.found is None and d.runs]
+        return min((r[0] for runs in pending for r in runs if r[0] >= since), default=now)
 
     def observe(self, rec: StepRecord) -> None:
         etype = EventType.loss_call_health.value
@@ -161,11 +247,29 @@ class LossCallObserver(Observer):
                 self.first.pop(series, None)
             else:
                 self.first.setdefault(series, (rec.step, loss))
+        for series, loss in rec.losses.items():
+            if math.isfinite(loss):
+                self.dips.setdefault(series, _Dips()).add(rec.step, loss)
         if rec.loss_calls:
             found = self._negated(rec)
             state = S.negated.value if found else S.normal.value
             at, metrics = found or (rec.step, {})
             self.board.feed(("lossfn", "sign"), S.normal.value, state, at, metrics, etype, SITE, None, None)
+            found = self._unbounded(rec.step)
+            state = S.unbounded.value if found else S.normal.value
+            at, metrics = found or (rec.step, {})
+            self.board.feed(("lossfn", "bound"), S.normal.value, state, at, metrics, etype, SITE, None, None)
+
+    def _unbounded(self, step: int) -> tuple[int, dict[str, Any]] | None:
+        """A loss series made of losses never below 0 that dips below 0 (see _Dips.unbounded)."""
+        if not self._bounded_below():
+            return None
+        for series in sorted(self.dips):
+            found = self.dips[series].unbounded(step - self.th.plateau_min_losses)
+            if found is not None:
+                name = min(self.criteria)
+                return found[0], {"loss_id": _IDS.get(name, -1), **found[1]}
+        return None
 
     def _negated(self, rec: StepRecord) -> tuple[int, dict[str, Any]] | None:
         """A loss series that was negative at every step and fell to NEGATED_FALL times its first value, while
@@ -235,6 +339,21 @@ def _explain(ev: Event) -> tuple[str, list[str]]:
         return summary, [
             f"minimise {call} itself: remove the minus in front of it (loss = criterion(output, target)); to "
             f"maximise a score, negate the score, never the loss",
+        ]
+    if ev.to == S.unbounded.value:
+        deepest, level = m.get("deepest") or 0.0, m.get("level") or 0.0
+        summary = (
+            f"The loss minimised goes below 0 on {int(m.get('dips') or 0)} separate occasions (down to "
+            f"{deepest:.4g} at step {int(m.get('deepest_step') or 0)}) though it usually sits at {level:.4g} "
+            f"and {call}, the only kind of loss the script calls, is never below 0: a term written by hand is "
+            "unbounded below on some batches, so the loss does not measure the fit there. A ratio such as a "
+            "Dice or IoU score computed on raw logits does this: their sums can pass through 0."
+        )
+        return summary, [
+            "compute the hand-written term on probabilities: apply torch.sigmoid (softmax over classes) to the "
+            "logits before a Dice/IoU/Tversky ratio, and keep its denominator above 0 (add a smoothing constant)",
+            "check every term added to the loss by hand for values it can take below 0 (a log of a value that "
+            "reaches 0, a ratio of signed sums)",
         ]
     if ev.to == S.broadcast.value:
         summary = (
