@@ -42,6 +42,21 @@ def test_units_that_died_while_the_loss_stalled_count():
     assert hyp is not None and hyp.confidence >= 0.5
 
 
+def test_units_that_died_once_the_fit_had_converged_are_a_note():
+    # MorvanZhou's dropout regression: fc2 died at 0.095, after the loss had fallen from 1.47; the run then
+    # reached 0.056 (its best) and ended at 0.09, in the noise of a converged fit on 20 points
+    evs = [dead(30, "fc1", baseline_std=0.4, loss_at=0.142), dead(80, "fc2", baseline_std=0.42, loss_at=0.0953),
+           summary(**{"loss_now.Net": 0.09, "best_loss": 0.056, "alone": 1.0})]
+    hyp = hyp_of(evs)
+    assert hyp is not None and hyp.confidence < 0.5, hyp.summary
+    # the same deaths, but the run ended above the level it died at (the loss rose after): they count
+    evs[-1] = summary(**{"loss_now.Net": 0.13, "best_loss": 0.056, "alone": 1.0})
+    assert hyp_of(evs).confidence >= 0.5
+    # a best that belongs to another model's loss (a GAN's: several series) says nothing about this one
+    evs[-1] = summary(**{"loss_now.Net": 0.09, "best_loss": 0.056, "alone": 0.0})
+    assert hyp_of(evs).confidence >= 0.5
+
+
 def test_units_killed_by_oversized_steps_count_though_the_loss_improved():
     evs = [oversized(2), dead(30, "fc2", baseline_std=0.42, loss_at=0.6), summary(**{"loss_now.Net": 0.21})]
     hyp = hyp_of(evs)

@@ -301,17 +301,23 @@ def _learned(ctx: Context, e: Event) -> tuple[float, float] | None:
     at = e.metrics.get("loss_at")
     if at is None or not math.isfinite(at):
         return None
+    summaries = list(reversed(ctx.select(types=[EventType.run_summary.value])))
     now = next(
-        (
-            s.metrics.get(f"loss_now.{e.root}")
-            for s in reversed(ctx.select(types=[EventType.run_summary.value]))
-            if s.metrics.get(f"loss_now.{e.root}") is not None
-        ),
-        None,
+        (s.metrics[f"loss_now.{e.root}"] for s in summaries if s.metrics.get(f"loss_now.{e.root}") is not None), None
     )
-    if now is None or not at - now > ctx.thresholds.fade_loss_gain * abs(at):
+    if now is None:
         return None
-    return at, now
+    gain = ctx.thresholds.fade_loss_gain * abs(at)
+    if at - now > gain:
+        return at, now
+    # the run's best level lies well below the level at the death, and the run did not end above that level: the
+    # loss went on learning after it and ended in the noise of a converged fit (a small net's MSE on 20 points
+    # wanders between its best and a little above). A death while the loss rose, or one it stalled at, fails one
+    best = next((s.metrics["best_loss"] for s in summaries if s.metrics.get("best_loss") is not None), None)
+    alone = any(s.metrics.get("alone") == 1.0 for s in summaries)  # one loss series: the best is this model's
+    if alone and best is not None and math.isfinite(best) and at - best > gain and now <= at + gain:
+        return at, now
+    return None
 
 
 FAMILY = Family("activations", ActivationObserver, (dead_activation, saturated_activation))
