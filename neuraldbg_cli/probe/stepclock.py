@@ -41,6 +41,8 @@ class StepClock:
         self.taken = False  # inside an optimizer step: a backward's loss was taken (LBFGS: the first closure value)
         self.perturbed = False  # a zero_grad after an in-place change of the parameters was let go (see zero_grad)
         self.lead: Hashable | None = None  # the optimizer that steps first in an iteration (see _paces)
+        self._lead_steps = 0  # steps of the lead since it took the lead
+        self._known: set[Hashable] = set()  # every optimizer that has stepped
         self._pacer: Hashable | None = None  # the one whose step closes the training step
         self._waiting: dict[Hashable, int] = {}  # steps of each other optimizer since the lead's last
         self._streak: dict[Hashable, int] = {}  # lead intervals in a row in which each other optimizer stepped
@@ -134,8 +136,15 @@ class StepClock:
         has stepped between the lead's steps twice in a row, the iteration is lead-then-it and the last such
         one paces, so a step holds one iteration's steps (an optimizer stepped less often, a WGAN's G every
         n-th D step, never does; one that stops stepping hands pacing back to the lead). An optimizer that
-        steps twice while the lead does not, or after the lead is gone, takes over (a new phase or trial)."""
-        if self.lead is None or (key != self.lead and (self._waiting.get(key, 0) >= 1 or not live(self.lead))):
+        steps twice while the lead does not, or at its first step after the lead is gone, takes over (a new phase
+        or trial). Gone is judged at that first step only, and never of a lead with one step (no phase): a GAN
+        that steps G first, then D on G's output detached, runs no G in D's steps (its model is not active
+        there), though G steps again between them."""
+        first = key not in self._known
+        self._known.add(key)
+        gone = first and self.lead is not None and self._lead_steps >= 2 and not live(self.lead)
+        if self.lead is None or (key != self.lead and (self._waiting.get(key, 0) >= 1 or gone)):
+            self._lead_steps = self._waiting.get(key, 0) + 1  # its steps since the last lead's
             self.lead = self._pacer = key
             self._waiting.clear()
             self._streak.clear()
@@ -146,6 +155,7 @@ class StepClock:
             if key not in self._interval:
                 self._interval.append(key)
             return key == self._pacer
+        self._lead_steps += 1
         seen = self._interval
         self._streak = {k: self._streak.get(k, 0) + 1 for k in seen}
         if self._pacer not in self._streak:

@@ -378,6 +378,10 @@ def test_clock_gan_d_then_g_is_one_step_once_the_order_is_seen():
     # a new phase: only "h" steps from now on; it takes over at its second step, or at once when "d" is gone
     assert _steps(c, "hh") == [False, True] and c.lead == "h"
     assert _steps(c, "k", live=lambda key: key != "h") == [True] and c.lead == "k"
+    # G first, then D on G's output detached: G's model runs in no D step, yet G is no finished phase after one
+    # step (it steps again next iteration): one step per iteration, paced by D once the order is seen
+    c = StepClock()
+    assert _steps(c, "gdgdgdgd", live=lambda key: key != "g") == [True, False, True, False, False, True, False, True]
 
 
 def test_clock_an_optimizer_stepped_every_nth_iteration_never_paces():

@@ -62,6 +62,18 @@ for it in range(9):
     g_backward(fake)
     opt_g.step()
 """,
+    # G stepped first, then D on G's output detached (PyTorch-GAN's gan.py): G's model runs in no D step
+    "gan_g_first": GAN + """
+for it in range(9):
+    opt_g.zero_grad()
+    fake = g(torch.randn(16, 2))
+    bce(d(fake), torch.ones(16, 1)).backward()
+    opt_g.step()
+    opt_d.zero_grad()
+    loss = bce(d(torch.randn(16, 4) + 2.0), torch.ones(16, 1)) + bce(d(fake.detach()), torch.zeros(16, 1))
+    loss.backward()
+    opt_d.step()
+""",
     # layer-wise / phase training: optimizer A for 5 steps on loss A, then optimizer B for 4 steps on loss B
     "phases": """
 enc, head = mlp(4, 4), mlp(4, 1)
@@ -136,6 +148,10 @@ def test_gan_last_generator_backward_without_its_step_adds_no_step(tmp_path):
 def test_gan_two_optimizers_stepped_in_one_iteration_are_one_step(tmp_path):
     report, rows, events = _run(tmp_path, "gan_same_iteration")
     _check(report, rows, events, 9)
+
+
+def test_gan_generator_stepped_first_then_the_discriminator_on_its_detached_output_is_one_step(tmp_path):
+    _check(*_run(tmp_path, "gan_g_first"), 9)
 
 
 def test_phases_count_every_update(tmp_path):
