@@ -12,12 +12,10 @@ update: large gradients count only with oversized updates, a blow-up of the loss
 
 from __future__ import annotations
 
-import math
-
 from neuraldbg_cli.reason.families.causes import summed_only
 from neuraldbg_cli.reason.families.context import Context
 from neuraldbg_cli.reason.families.settings import oversized_updates
-from neuraldbg_cli.trace.events import EventType, Hypothesis, Kind
+from neuraldbg_cli.trace.events import Hypothesis, Kind
 from neuraldbg_cli.vocab import adaptive
 
 NOTE = 0.45  # what a harmless statistic is capped at: listed, with its advice, below what --fail-on reads
@@ -29,7 +27,7 @@ STATISTICS = {Kind.exploding_gradient, Kind.data_anomaly}
 def weigh(hyps: list[Hypothesis], ctx: Context, presence: float) -> list[Hypothesis]:
     """Caps the harmless statistics among `hyps` at NOTE (in place; returns them)."""
     counted = [h for h in hyps if h.confidence >= presence]
-    trained = _trained(ctx)
+    trained = ctx.loss_fell(IMPROVED)
     loss_harm = any(h.kind in LOSS_HARM for h in counted)
     scale_harm = any(h.kind in LOSS_HARM - {Kind.loss_plateau} for h in counted)  # what a scale can drive
     other_harm = any(h.kind not in STATISTICS for h in counted)
@@ -58,26 +56,6 @@ def weigh(hyps: list[Hypothesis], ctx: Context, presence: float) -> list[Hypothe
 def _defect(h: Hypothesis) -> bool:
     """Wrong whatever the loss does: NaN/Inf in the data or the gradients."""
     return any(e.get("to") == "non_finite" for e in h.evidence)
-
-
-def _trained(ctx: Context) -> str | None:
-    """'fell from A to B' when the run's loss improved by IMPROVED of its start, else None."""
-    summaries = ctx.select(types=[EventType.run_summary.value])
-    if not summaries:
-        return None
-    m = summaries[-1].metrics
-    # (traces before late_loss: the last loss); the start is the first loss unless the first few are lower
-    first, last = m.get("start_loss", m.get("first_loss")), m.get("late_loss", m.get("last_loss"))
-    if m.get("alone") == 0.0:
-        return None  # a game's payoff (GAN): not a loss that training makes fall
-    ended = m.get("last_loss")
-    if isinstance(ended, float) and not math.isfinite(ended):
-        return None  # it ended non-finite
-    if not (isinstance(first, float) and isinstance(last, float) and math.isfinite(first) and math.isfinite(last)):
-        return None
-    if first - last < IMPROVED * abs(first) or first == 0:
-        return None
-    return f"fell from {first:.4g} to {last:.4g}" + (" (its latest level)" if "late_loss" in m else "")
 
 
 def _optimizer_of(ctx: Context, h: Hypothesis) -> str:

@@ -449,3 +449,20 @@ def test_what_a_too_large_lr_produced_quotes_its_target_once():
     for h in produced:
         assert h.suggestions[0].startswith("lr=1 with AdamW (0.02 when it began at step 0"), h.suggestions
         assert sum(t.startswith("lr=") for t in h.suggestions) == 1, h.suggestions
+
+
+def test_weights_bit_identical_at_samples_while_their_steps_move_them_are_a_converged_cycle():
+    """vinhkhuc's linear regression: SGD with momentum over 10 batches in a fixed order converges to a cycle of 10
+    steps, so weights sampled every 10 steps are bit-identical, though each step moves them by 8e-5 of their norm
+    (600x their float resolution). The loss fell 6.9 -> 0.105: a note. The same still weights under a loss that
+    never fell (something puts them back), or steps below the float resolution, still count."""
+    def run(update_ratio, first, last):
+        evs = [ev(UPD, 311, "linear", "updating", "unchanged", "weights", weight_norm=1.98, first_weight_norm=0.833,
+                  weight_ratio=2.38, update_ratio=update_ratio, grad_rms=0.234, in_optimizer=1.0),
+               ev("run_summary", 999, None, "running", "finished", "run", root=None, start_loss=first,
+                  late_loss=last, alone=1.0, steps=1000.0)]
+        return by_kind(explain(evs, MODELS, optimizer("SGD", 0.01)))[Kind.unchanged_weights]
+    h = run(7.93e-5, 6.9, 0.105)
+    assert h.confidence < 0.5 and "cycle" in h.summary and "fell from 6.9 to 0.105" in h.summary, h.summary
+    assert run(7.93e-5, 6.9, 6.5).confidence >= 0.5  # the loss never learned: put back, not converged
+    assert run(1e-7, 6.9, 0.105).confidence >= 0.5  # steps below the float resolution: a stall

@@ -7,6 +7,7 @@ this alone. Pure: no torch, no I/O module (trace reads the events)."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -55,6 +56,27 @@ class Context:
         found = [pos for (t, s), pos in self._positions.items() if (not types or t in types) and (not to or s in to)]
         picked = found[0] if len(found) == 1 else sorted(chain.from_iterable(found))
         return [e for e in map(self.events.__getitem__, picked) if not sites or e.site in sites]
+
+    def loss_fell(self, fraction: float) -> str | None:
+        """'fell from A to B' when the run's loss (one series, trained alone) fell by `fraction` of its start:
+        the start is its first value unless the first few are lower, the end the mean of its latest window (the
+        expected loss training minimises, which a loss swinging between 0 and 1e7 does not lower)."""
+        summaries = self.select(types=["run_summary"])
+        if not summaries:
+            return None
+        m = summaries[-1].metrics
+        # (traces before late_loss: the last loss)
+        first, last = m.get("start_loss", m.get("first_loss")), m.get("late_loss", m.get("last_loss"))
+        if m.get("alone") == 0.0:
+            return None  # a game's payoff (GAN): not a loss that training makes fall
+        ended = m.get("last_loss")
+        if isinstance(ended, float) and not math.isfinite(ended):
+            return None  # it ended non-finite
+        if not (isinstance(first, float) and isinstance(last, float) and math.isfinite(first) and math.isfinite(last)):
+            return None
+        if first - last < fraction * abs(first) or first == 0:
+            return None
+        return f"fell from {first:.4g} to {last:.4g}" + (" (its latest level)" if "late_loss" in m else "")
 
     def last_to(self, key: tuple) -> str | None:
         """The state of the last transition at (type, root, module, site), None if there was none."""

@@ -22,6 +22,10 @@ from neuraldbg_cli.trace.events import EventType, GradState, GradStats, Hypothes
 from neuraldbg_cli.vocab import usual_lr
 
 ETYPE, GRAD_HEALTHY = EventType.parameter_update.value, GradState.healthy.value
+# an update at least this fraction of its weights' norm is 100x the float32 resolution: it changes their bits
+CYCLE_RATIO = 100 * 2.0**-23
+LEARNED = 0.25  # the loss fell by this fraction of its start: the fit converged, the cycle is its end state
+NOTE = 0.45  # below the 0.5 that --fail-on reads
 # the states as plain strings (judged per layer per sampled step: an Enum's `.value` is a descriptor call)
 UPDATING, UNCHANGED, OVERSIZED, COLLAPSING, ASCENDING = (
     UpdateState.updating.value,
@@ -167,6 +171,10 @@ class WeightObserver(Observer):
                 )
 
 
+def _number(v: object) -> float:
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else 0.0
+
+
 def _cosine(gs: GradStats) -> float | None:
     """The cosine between a manual update and the gradient it followed (None: not measured, or no change)."""
     dot, size, grad = gs.update_dot, gs.update_norm, gs.norm
@@ -207,6 +215,17 @@ def unchanged_weights(ctx: Context) -> Hypothesis | None:
     h = _hyp(Kind.unchanged_weights, conf, origin, origin.step, "", evs, tips, names)
     if moved_then_stopped(h):  # stepped for a while, then stalled: its steps, not the loop, went to nothing
         e = first[next(iter(first))].metrics
+        fell = ctx.loss_fell(LEARNED)
+        if fell and all(_number(x.metrics.get("update_ratio")) >= CYCLE_RATIO for x in first.values()):
+            h.confidence = min(h.confidence, NOTE)
+            h.summary = (
+                f"{shown} are bit-identical at samples from step {origin.step} on, yet the optimizer's step there "
+                f"moved them by {e.get('update_ratio', 0):.3g} of their norm, far above their float resolution: "
+                f"they move and come back, a cycle the steps repeat (SGD over a fixed data order once the fit has "
+                f"converged), while the loss {fell}: a note, not a problem."
+            )
+            h.suggestions = ["nothing to fix: shuffle the data (DataLoader(shuffle=True)) to break the cycle"]
+            return h
         h.summary = (
             f"Weights stop changing: {shown} stay bit-identical from step {origin.step} although they receive "
             f"gradients (RMS {e.get('grad_rms', 0):.3g}), after moving before (weight norm "
