@@ -466,3 +466,23 @@ def test_weights_bit_identical_at_samples_while_their_steps_move_them_are_a_conv
     assert h.confidence < 0.5 and "cycle" in h.summary and "fell from 6.9 to 0.105" in h.summary, h.summary
     assert run(7.93e-5, 6.9, 6.5).confidence >= 0.5  # the loss never learned: put back, not converged
     assert run(1e-7, 6.9, 0.105).confidence >= 0.5  # steps below the float resolution: a stall
+
+
+def test_oversized_steps_of_gradients_never_zeroed_do_not_blame_an_lr_in_its_usual_range():
+    """vinhkhuc's linear regression without zero_grad(): SGD lr 0.01 applies the sum of every gradient so far, so
+    each step moves the weights by 81% of their size and the loss diverges. The loop is the cause, not the lr:
+    no hypothesis says the learning rate is too large. At an lr far above its range, the lr is named too."""
+    def run(lr):
+        evs = [
+            ev("loop_health", 1, "linear", "normal", "grads_not_zeroed", "loop", optimizer=0.0, passes=1.0,
+               stale_share=0.61),
+            ev(UPD, 5, "linear", "updating", "oversized", "weights", weight_norm=0.49, first_weight_norm=0.83,
+               weight_ratio=0.59, update_ratio=0.814, grad_rms=9.5, layers_frac=1.0, in_optimizer=1.0),
+            ev(LOSS, 10, None, "normal", "diverging", "loss", recent=33.7, start=4.42, best=0.18, root=None),
+        ]
+        return explain(evs, model("Linear"), optimizer("SGD", lr))
+    hyps = run(0.01)
+    assert hyps[0].kind == Kind.loop_misuse, [(h.kind, h.summary) for h in hyps]
+    assert not any("learning rate is too large" in h.summary.lower() for h in hyps)
+    assert_links_have_evidence(hyps)
+    assert any("learning rate is too large" in h.summary.lower() for h in run(10.0))

@@ -96,6 +96,11 @@ def learning_rate_setting(ctx: Context) -> SettingCause | None:
         # a loss that falls without bound rewards growth (a term with the wrong sign): weights that grow with
         # it make every update large against them; an lr in its usual range is no cause (nor its cure)
         return None
+    summed = ctx.select(types=[EventType.loop_health.value], to=["grads_not_zeroed"])
+    if summed and min(e.step for e in summed) <= onset and not _lr_above_usual(ctx, onset):
+        # gradients never zeroed: each update applies the sum of every gradient so far, which grows as an ever
+        # larger lr would; the loop names itself (loop family), and an lr in its usual range is no cause
+        return None
     ratios = [r for r in map(_ratio, evs) if r is not None]
     size = f"{100 * max(ratios):.3g}% of their size" if ratios else "a large fraction of their size"
     fix = next(iter(lower_lr(ctx, onset)), "lower the learning rate")
