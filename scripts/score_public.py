@@ -360,11 +360,13 @@ def main() -> int:
         for rng, n, right in cal:
             print(f"  {rng:12} {n:>4} {right:>6}")
     counted = [r for r in judged if "steps_expected" in r]
+    detected = [r for r in broken if r.get("detect3")]  # the onset of the first accepted kind in the top 3
     errors = [r for r in rows if "error" in r]
     summary = (f"public: {len(rows)} cases ({len(broken)} broken, {len(healthy)} healthy) from "
                f"{len({by_name[r['name']]['repo'] for r in rows})} repos | "
                f"broken right@1 {sum(r.get('detect1', False) for r in broken)}/{len(broken)} | "
                f"detect@3 {sum(r.get('detect3', False) for r in broken)}/{len(broken)} | "
+               f"step window {sum(r.get('step', False) for r in detected)}/{len(detected)} | "
                f"false alarms {sum(r.get('false_alarm', False) for r in healthy)}/{len(healthy)} | "
                f"steps {sum(r['steps_ok'] for r in counted)}/{len(counted)} | "
                f"harmful advice {sum(len(r.get('harmful', [])) for r in judged)} | "

@@ -121,6 +121,22 @@ def test_series_are_judged_separately():
     assert not [e for e in run(flat) if e.to == "plateau"]
 
 
+def test_a_game_payoff_swings_and_climbs_back_from_an_early_win_without_alarm():
+    rng = random.Random(3)
+    # PyTorch-GAN's gan.py: G's payoff swings 0.4-2.4 step to step around a level drifting 0.6 -> 1.1 (the game)
+    swings = [{"D": 0.45 * math.exp(rng.gauss(0, 0.15)), "G": (0.6 + i / 1000) * math.exp(rng.gauss(0, 0.45))}
+              for i in range(500)]
+    assert not [e for e in run(swings) if e.site == "loss" and e.to != "normal"], loss_events(run(swings), "G")
+    # cgan.py: D wins at once (0.35 -> 0.012 by step 10) and climbs back to 0.16 as G catches up: below its start
+    early = [{"D": 0.35 if i < 3 else 0.012 if i < 15 else 0.16 * math.exp(rng.gauss(0, 0.2)),
+              "G": 0.7 * math.exp(rng.gauss(0, 0.1))} for i in range(300)]
+    assert not loss_events(run(early), "D"), loss_events(run(early), "D")
+    # one side winning outright: D's payoff climbs from 0.7 to 20x its start (its gradients never zeroed)
+    won = [{"D": 0.7 * (1.03 ** max(0, i - 20)), "G": 0.7 * math.exp(-i / 50)} for i in range(150)]
+    d = loss_events(run(won), "D")
+    assert d and d[0][1] == "diverging" and d[0][2] <= 40, d
+
+
 def test_negative_losses_are_judged_raw():
     rng = random.Random(7)
     losses = [-1.0 + 0.05 * rng.gauss(0, 1) for _ in range(200)]  # e.g. a policy-gradient loss near -1

@@ -217,8 +217,8 @@ class OscillationTest(LossStatistics):
         (the same reason the plateau test skips it). Such a series is still judged for divergence (a rise
         beyond its noise, or a fall without bound)."""
         w = self.th.loss_window
-        if self.negative or len(self.hist) < 2 * w:
-            return None
+        if self.negative or not self.alone or len(self.hist) < 2 * w:
+            return None  # (a game's payoff swings by design: see LossSeries._judge)
         swing = sum(self.swings) / len(self.swings)  # the mean |change| over the history
         if swing <= self.th.oscillation * min(self.sizes):
             return None  # cheap exit (most steps): below the threshold even against the smallest loss
@@ -406,7 +406,12 @@ class LossSeries(OscillationTest):
         # before the noise is known, only a rise by the early factor (10x) counts
         rise = level - self.best
         # a game's payoff (GAN, actor-critic: models trained against each other in the same steps) rises
-        # as the other side improves: only a rise by the early factor is divergence there
+        # as the other side improves: only a rise by the early factor is divergence there, and from where it
+        # started (a discriminator that wins early dips near 0 and climbs back as the generator catches up; one
+        # side winning outright takes the other's payoff far above its start). Its swings are the game's own,
+        # no oscillation
+        if not self.alone:
+            rise = level - max(self.best, start)
         if noise is None or not self.alone:
             need = max(self._factor(th.diverge_early_factor), th.loss_diverge_sigma * ref_noise)
         else:
