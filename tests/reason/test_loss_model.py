@@ -421,3 +421,20 @@ def test_a_model_that_uses_its_inputs_is_no_prior_plateau():
     for losses in (through, weak):
         evs = _class_run(losses, [1, 0, 1, 0, 0, 0, 1])
         assert not [e for e in evs if e.site == "loss" and e.to == "plateau"], [e for e in evs if e.site == "loss"]
+
+
+def test_a_class_loss_blown_up_to_twice_its_chance_level_diverges_whatever_its_own_swings():
+    # mingPT's char model at AdamW lr 0.5: from ln(51) it jumps to 21-30 in 5 steps, swinging so much that a
+    # rise against its own noise never clears 6 widths, then falls back to the unigram level by step 50
+    chance = math.log(51)
+    blow = [3.93, 7.22, 21.45, 12.47, 14.23, 29.52, 16.6, 23.42, 24.27, 20.29, 18.24, 16.79, 16.52, 12.89, 14.59,
+            9.33, 9.75, 7.32, 8.97, 7.99, 6.92, 5.21, 5.32, 7.57, 6.9, 5.88, 7.39, 5.38, 7.4, 8.26, 7.0, 5.72, 4.56]
+    losses = blow + [3.2 * math.exp(0.02 * math.sin(i)) for i in range(150)]
+    first = next(((t, s) for _, t, s in loss_events(_class_loss_run(losses, 51)) if t != "normal"), None)
+    assert first is not None and first[0] == "diverging" and first[1] <= 3, loss_events(_class_loss_run(losses, 51))
+    # one batch's spike to 3x chance moves no level (a rolling median): no divergence
+    spike = [chance * 0.99 * math.exp(-i / 100) for i in range(120)]
+    spike[30] = 3 * chance
+    assert "diverging" not in [t for _, t, _ in loss_events(_class_loss_run(spike, 51))]
+    # without a class loss seen (or one that did not start near ln(C)) the chance level says nothing
+    assert not any(t == "diverging" and s <= 3 for _, t, s in loss_events(run(losses)))

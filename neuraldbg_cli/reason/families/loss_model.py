@@ -337,6 +337,16 @@ class LossSeries(OscillationTest):
         self._update(step, loss)
         return self._judge(step)
 
+    def _above_chance(self, level: float) -> bool:
+        """A class loss trained alone whose level (a rolling median: no one batch) is diverge_factor times its
+        chance level ln(C): guessing every class equally likely scores ln(C), so a model that starts there and
+        scores twice that predicts the true class with a probability of C^-2 or less, confidently wrong, which
+        only steps far too large (or a bug) do to it. Why apart from the rise test: a blow-up in the first steps
+        inflates the very noise a rise is measured against (mingPT at lr 0.5: 3.9 -> 21 -> 12 -> 30 in 5 steps,
+        a 7x rise within 6 widths of its own swings), and the chance level needs no noise."""
+        chance = self._chance()
+        return self.alone and chance is not None and level > self._y(self.th.diverge_factor * chance)
+
     def _falls_without_bound(self) -> float | None:
         """How many times its start's size a loss fell below zero, when that is orders of magnitude
         (diverge_fall_factor): a loss that keeps falling has no lower bound (a sign error, e.g. a KL term
@@ -416,7 +426,7 @@ class LossSeries(OscillationTest):
             need = max(self._factor(th.diverge_early_factor), th.loss_diverge_sigma * ref_noise)
         else:
             need = max(self._factor(th.diverge_factor), th.loss_diverge_sigma * ref_noise)
-        if rise > need:
+        if rise > need or self._above_chance(level):
             self._extra = {"rise_factor": math.exp(rise) if not self.raw else None}
             return DIVERGING, self.rise_from if self.rise_from is not None else step
         fall = self._falls_without_bound()
