@@ -134,6 +134,8 @@ def name_setting(
             ids = {f["id"] for f in setting.fixes}  # the setting's own fix replaces the rule's of the same id
             h.fixes = [copy.deepcopy(f) for f in setting.fixes] + [f for f in h.fixes if f["id"] not in ids]
     carrier = hyps[named]
+    if setting.dates and setting.onset < _onset(carrier):
+        carrier.origin.step = setting.onset
     carrier.summary = f"{setting.statement[0].upper()}{setting.statement[1:]}. {carrier.summary}"
     carrier.evidence = setting.evidence + carrier.evidence
     return named

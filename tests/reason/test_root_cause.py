@@ -153,6 +153,9 @@ def test_a_weight_decay_acts_from_its_optimizers_first_step(first_step, carrier)
     hyps = explain(evs, MODELS, opt)
     assert hyps[0].kind == carrier, hyps
     assert "weight decay collapses the weights" in hyps[0].summary.lower()
+    # the stall it carries is dated where the decay began to pull, however late its own symptom showed (the
+    # optimizer's first step: 0, or 300 for the one that began there, whose no_gradient showed at 2365)
+    assert hyps[0].origin.step == first_step and f"first step, {first_step}" in hyps[0].summary
 
 
 @pytest.mark.parametrize("wd,named", [(1.0, True), (5e-4, False)])

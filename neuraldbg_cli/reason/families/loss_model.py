@@ -204,6 +204,7 @@ class OscillationTest(LossStatistics):
     def __init__(self, th: Thresholds) -> None:
         super().__init__(th)
         self.chance: float | None = None  # ln(classes) of the class loss that made this series (the loss observer)
+        self.alone = True  # never reported in the same step as another series (a GAN's G and D: a game)
 
     def _oscillating(self, start_y: float) -> tuple[int, dict[str, Any]] | None:
         """Large swings relative to the loss level over the latest 2 windows, with frequent sign changes,
@@ -303,7 +304,6 @@ class LossSeries(OscillationTest):
 
     def __init__(self, th: Thresholds) -> None:
         super().__init__(th)
-        self.alone = True  # never reported in the same step as another series (a GAN's G and D: a game)
         self.fall_from: int | None = None  # first step of the latest stretch below the mirror of its start
         self._extra: dict[str, Any] | None = None  # the latest judgement's own metrics (see metrics)
         # the entropy of the class loss's labels seen so far (the loss observer): what predicting each class at

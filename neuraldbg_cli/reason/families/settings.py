@@ -33,6 +33,9 @@ class SettingCause:
     contradicts: tuple[str, ...] = ()  # suggestions containing one of these are dropped from what it produced
     ends: int | None = None  # the first step its evidence was seen to have ended at (None: it lasted)
     fixes: list[dict[str, Any]] = field(default_factory=list)  # `fix` as data (fixspec), first in what it produced
+    # the harm began at `onset` however late its symptom shows (a weight decay pulls from its optimizer's first
+    # step): the hypothesis that states it is dated there
+    dates: bool = False
 
     @property
     def effects(self) -> set[Kind]:
@@ -209,7 +212,9 @@ def weight_decay_setting(ctx: Context) -> SettingCause | None:
     # the decay pulls from its optimizer's first step: the shrink seen at `onset` accumulated since, and so may a
     # stall that began before it was seen (Adam's L2 at 1 holds a loss at chance from step 0, the weights are
     # under 5% of their start by step 500)
-    onset = min(onset, _first_step(ctx, wd))
+    first = _first_step(ctx, wd)
+    dates = first < onset
+    onset = min(onset, first)
     statement = (
         f"weight decay shrinks the weights: weight_decay={wd:g} with {opt} halves them by step {began}, so each "
         f"update is large against them"
@@ -225,7 +230,11 @@ def weight_decay_setting(ctx: Context) -> SettingCause | None:
         (Kind.vanishing_gradient, Kind.unchanged_weights, Kind.exploding_gradient),
         (Kind.no_gradient, Kind.dead_activation),
     )
-    return _decay_cause(wd, opt, onset, statement, tiers, _evidence(evs, 3))
+    if dates:
+        statement += f"; it pulls from its optimizer's first step, {onset}"
+    cause = _decay_cause(wd, opt, onset, statement, tiers, _evidence(evs, 3))
+    cause.dates = dates
+    return cause
 
 
 def _first_step(ctx: Context, wd: float) -> int:
