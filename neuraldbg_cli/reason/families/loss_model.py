@@ -341,9 +341,11 @@ class LossSeries(OscillationTest):
         """A class loss trained alone whose level (a rolling median: no one batch) is diverge_factor times its
         chance level ln(C): guessing every class equally likely scores ln(C), so a model that starts there and
         scores twice that predicts the true class with a probability of C^-2 or less, confidently wrong, which
-        only steps far too large (or a bug) do to it. Why apart from the rise test: a blow-up in the first steps
-        inflates the very noise a rise is measured against (mingPT at lr 0.5: 3.9 -> 21 -> 12 -> 30 in 5 steps,
-        a 7x rise within 6 widths of its own swings), and the chance level needs no noise."""
+        only steps far too large (or a bug) do to it. Unstable, not diverging: a runaway rise is the rise test's
+        (its steps are regular, its noise small); this is the rise whose jumps inflate the very noise it is
+        measured against (mingPT at lr 0.5: 3.9 -> 21 -> 12 -> 30 in 5 steps, a 7x rise within 6 widths of its
+        own swings; an MLP at Adam lr 0.5 swinging 1.5-14 against ln 4), before an oscillation can be judged
+        over its window. The chance level needs no noise."""
         chance = self._chance()
         return self.alone and chance is not None and level > self._y(self.th.diverge_factor * chance)
 
@@ -426,7 +428,7 @@ class LossSeries(OscillationTest):
             need = max(self._factor(th.diverge_early_factor), th.loss_diverge_sigma * ref_noise)
         else:
             need = max(self._factor(th.diverge_factor), th.loss_diverge_sigma * ref_noise)
-        if rise > need or self._above_chance(level):
+        if rise > need:
             self._extra = {"rise_factor": math.exp(rise) if not self.raw else None}
             return DIVERGING, self.rise_from if self.rise_from is not None else step
         fall = self._falls_without_bound()
@@ -437,6 +439,12 @@ class LossSeries(OscillationTest):
         if osc is not None:
             self._extra = osc[1]
             return OSCILLATING, osc[0]
+        if self._above_chance(level):
+            recent = [v for _, v in self.hist]
+            swing = sum(self.swings) / len(self.swings) if self.swings else 0.0
+            rel = swing / (statistics.median(abs(v) for v in recent) or 1.0)
+            self._extra = {"low": min(recent), "high": max(recent), "swing": rel, "chance_level": self.chance}
+            return OSCILLATING, self._change_point()
         if self.plateau(noise):
             self._extra = {"improvement": None}  # filled in by metrics: only a reported plateau reads it
             return PLATEAU, max(self.first_step, step - th.plateau_min_losses + 1)
