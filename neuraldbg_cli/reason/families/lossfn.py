@@ -20,7 +20,7 @@ none): `loss_id` indexes LOSS_NAMES (append only), shapes are `input_0`, `input_
 from __future__ import annotations
 
 import math
-from bisect import insort
+from collections import deque
 from typing import Any
 
 from neuraldbg_cli.config import Thresholds
@@ -97,6 +97,8 @@ NEGATED_FALL = 3.0  # a negative loss that fell to this many times its first val
 DIP_SHARE = 0.25  # at most this share of a loss's values below 0 are dips (more: the loss sits there, see _Dips)
 DIP_DEPTH = 0.5  # a dip this deep below 0, in units of the loss's usual (median positive) level, is no rounding
 DIP_SIGMA = 6.0  # ... and this many robust spreads of its positive values below their median: no tail of theirs
+POSITIVE_KEPT = 256  # the latest positive values a loss's usual level and spread are read from
+DIPS_KEPT = 64  # the latest dips kept for dating (every dip still counts)
 
 
 def classify_loss_call(s: LossCallStats, th: Thresholds) -> str:
@@ -141,14 +143,16 @@ def _metrics(s: LossCallStats) -> dict[str, Any]:
 
 
 class _Dips:
-    """One loss series' excursions below 0 (runs of consecutive negative values) among its values, and the
-    median of its positive ones: what tells a term without a lower bound from a loss that sits below 0."""
+    """One loss series' excursions below 0 (runs of consecutive negative values) and its latest positive values:
+    what tells a term without a lower bound from a loss that sits below 0. Bounded whatever the run's length."""
 
     def __init__(self) -> None:
         self.n = 0
         self.negative = 0
-        self.runs: list[tuple[int, float, int]] = []  # (first step, deepest value, its step) of each dip
-        self.positive: list[float] = []  # sorted
+        self.count = 0  # dips so far
+        self.deepest: tuple[float, int] = (0.0, 0)  # the deepest value below 0 and its step
+        self.starts: deque[int] = deque(maxlen=DIPS_KEPT)  # the first step of each of the latest dips
+        self.positive: deque[float] = deque(maxlen=POSITIVE_KEPT)  # the latest values >= 0: the usual level
         self.below = False  # the latest value was < 0
         self.fresh = False  # a value < 0 came since the last judgement (only a new dip can prove anything)
         self.found: tuple[int, dict[str, Any]] | None = None
@@ -156,16 +160,16 @@ class _Dips:
     def add(self, step: int, loss: float) -> None:
         self.n += 1
         if loss >= 0:
-            insort(self.positive, loss)
+            self.positive.append(loss)
             self.below = False
             return
         self.negative += 1
         self.fresh = True
-        if self.below:
-            first, deepest, at = self.runs[-1]
-            self.runs[-1] = (first, loss, step) if loss < deepest else (first, deepest, at)
-        else:
-            self.runs.append((step, loss, step))
+        if not self.below:
+            self.count += 1
+            self.starts.append(step)
+        if loss < self.deepest[0]:
+            self.deepest = (loss, step)
         self.below = True
 
     def unbounded(self, since: int) -> tuple[int, dict[str, Any]] | None:
@@ -181,16 +185,17 @@ class _Dips:
         if self.found is not None or not self.fresh:
             return self.found
         self.fresh = False
-        if len(self.runs) < 2 or not self.positive or self.negative > DIP_SHARE * self.n:
+        if self.count < 2 or not self.positive or self.negative > DIP_SHARE * self.n:
             return None
-        level = _median(self.positive)
-        spread = 1.4826 * _median(sorted(abs(v - level) for v in self.positive))
-        deepest, at = min((d, s) for _, d, s in self.runs)
+        ordered = sorted(self.positive)
+        level = _median(ordered)
+        spread = 1.4826 * _median(sorted(abs(v - level) for v in ordered))
+        deepest, at = self.deepest
         if -deepest < DIP_DEPTH * level or level - deepest < DIP_SIGMA * spread:
             return None
-        first = next((s for s, _, _ in self.runs if s >= since), self.runs[-1][0])
+        first = next((s for s in self.starts if s >= since), self.starts[-1])
         metrics = {
-            "dips": len(self.runs),
+            "dips": self.count,
             "deepest": deepest,
             "deepest_step": at,
             "level": level,
@@ -229,8 +234,8 @@ class LossCallObserver(Observer):
         if not self._bounded_below():
             return now
         since = now - self.th.plateau_min_losses
-        pending = [d.runs for d in self.dips.values() if d.found is None and d.runs]
-        return min((r[0] for runs in pending for r in runs if r[0] >= since), default=now)
+        pending = [d.starts for d in self.dips.values() if d.found is None]
+        return min((s for starts in pending for s in starts if s >= since), default=now)
 
     def observe(self, rec: StepRecord) -> None:
         etype = EventType.loss_call_health.value
