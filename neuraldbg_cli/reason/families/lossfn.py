@@ -27,6 +27,7 @@ from neuraldbg_cli.config import Thresholds
 from neuraldbg_cli.reason.families.base import Board, Family, Observer
 from neuraldbg_cli.reason.families.context import Context, Event
 from neuraldbg_cli.reason.families.evidence import _hyp
+from neuraldbg_cli.reason.families.loss_model import _mad, _median_sorted
 from neuraldbg_cli.trace.events import EventType, Hypothesis, Kind, LossCallState, LossCallStats, Origin, StepRecord
 from neuraldbg_cli.vocab import adaptive
 
@@ -188,8 +189,7 @@ class _Dips:
         if self.count < 2 or not self.positive or self.negative > DIP_SHARE * self.n:
             return None
         ordered = sorted(self.positive)
-        level = _median(ordered)
-        spread = 1.4826 * _median(sorted(abs(v - level) for v in ordered))
+        level, spread = _median_sorted(ordered), 1.4826 * _mad(ordered)
         deepest, at = self.deepest
         if -deepest < DIP_DEPTH * level or level - deepest < DIP_SIGMA * spread:
             return None
@@ -204,11 +204,6 @@ class _Dips:
         }
         self.found = first, metrics
         return self.found
-
-
-def _median(s: list[float]) -> float:
-    m = len(s) // 2
-    return s[m] if len(s) % 2 else (s[m - 1] + s[m]) / 2
 
 
 class LossCallObserver(Observer):
@@ -245,25 +240,24 @@ class LossCallObserver(Observer):
             self.criteria.add(name)
             self.mixed |= s.reduction == "none"
         for series, loss in rec.losses.items():
-            if not math.isfinite(loss) or series in self.positive:
+            if not math.isfinite(loss):
+                continue
+            self.dips.setdefault(series, _Dips()).add(rec.step, loss)
+            if series in self.positive:
                 continue
             if loss >= 0:
                 self.positive.add(series)
                 self.first.pop(series, None)
             else:
                 self.first.setdefault(series, (rec.step, loss))
-        for series, loss in rec.losses.items():
-            if math.isfinite(loss):
-                self.dips.setdefault(series, _Dips()).add(rec.step, loss)
         if rec.loss_calls:
-            found = self._negated(rec)
-            state = S.negated.value if found else S.normal.value
-            at, metrics = found or (rec.step, {})
-            self.board.feed(("lossfn", "sign"), S.normal.value, state, at, metrics, etype, SITE, None, None)
-            found = self._unbounded(rec.step)
-            state = S.unbounded.value if found else S.normal.value
-            at, metrics = found or (rec.step, {})
-            self.board.feed(("lossfn", "bound"), S.normal.value, state, at, metrics, etype, SITE, None, None)
+            for key, bad, found in (
+                ("sign", S.negated.value, self._negated(rec)),
+                ("bound", S.unbounded.value, self._unbounded(rec.step)),
+            ):
+                at, metrics = found or (rec.step, {})
+                state = bad if found else S.normal.value
+                self.board.feed(("lossfn", key), S.normal.value, state, at, metrics, etype, SITE, None, None)
 
     def _unbounded(self, step: int) -> tuple[int, dict[str, Any]] | None:
         """A loss series made of losses never below 0 that dips below 0 (see _Dips.unbounded)."""
@@ -282,7 +276,7 @@ class LossCallObserver(Observer):
         number: only a minus sign (or a subtracted term) can have made it negative, and a falling negative loss
         is that criterion rising: training maximises it. Unreduced losses weighted per sample (a policy
         gradient's advantages) can be negative by design: not judged."""
-        if self.mixed or not self.criteria or not self.criteria <= NON_NEGATIVE:
+        if not self._bounded_below():
             return None
         for series, (step, first) in self.first.items():
             now = rec.losses.get(series)

@@ -171,10 +171,6 @@ class WeightObserver(Observer):
                 )
 
 
-def _number(v: object) -> float:
-    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else 0.0
-
-
 def _cosine(gs: GradStats) -> float | None:
     """The cosine between a manual update and the gradient it followed (None: not measured, or no change)."""
     dot, size, grad = gs.update_dot, gs.update_norm, gs.norm
@@ -216,7 +212,8 @@ def unchanged_weights(ctx: Context) -> Hypothesis | None:
     if moved_then_stopped(h):  # stepped for a while, then stalled: its steps, not the loop, went to nothing
         e = first[next(iter(first))].metrics
         fell = ctx.loss_fell(LEARNED)
-        if fell and all(_number(x.metrics.get("update_ratio")) >= CYCLE_RATIO for x in first.values()):
+        ratios = [x.metrics.get("update_ratio") for x in first.values()]
+        if fell and all(r is not None and math.isfinite(r) and r >= CYCLE_RATIO for r in ratios):
             h.confidence = min(h.confidence, NOTE)
             h.summary = (
                 f"{shown} are bit-identical at samples from step {origin.step} on, yet the optimizer's step there "
